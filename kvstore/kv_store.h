@@ -1,0 +1,87 @@
+#pragma once
+/// The paged KV store: a pool of fixed-size blocks shared by all sequences, one block
+/// table per sequence, slots shared by all layers, and a prefix cache over full
+/// committed blocks. See kvstore/README.md for the contract.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvstore/block_pool.h"
+#include "kvstore/kv_tensors.h"
+#include "kvstore/prefix_cache.h"
+
+namespace specpipe {
+
+struct KvStoreConfig {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 16;
+  int32_t num_blocks = 0;
+  bool prefix_cache = true;
+};
+
+using SeqId = int64_t;
+
+class KvStore {
+ public:
+  explicit KvStore(const KvStoreConfig& config);
+
+  const KvStoreConfig& config() const { return config_; }
+
+  /// Registers a new sequence for `prompt`. With the prefix cache on, reuses the longest
+  /// chain of cached full blocks that leaves at least one prompt token uncomputed (the
+  /// caller needs logits for the last one); the sequence then starts with those tokens
+  /// committed. Returns the id; `*cached_tokens` receives the committed length.
+  SeqId add_sequence(std::span<const int32_t> prompt, int32_t* cached_tokens = nullptr);
+
+  /// Makes positions [0, new_length) writable: allocates blocks (and copies a shared
+  /// tail block before it may be written). All or nothing: on failure throws
+  /// Error(out_of_capacity) with "out of KV blocks: ..." and changes nothing.
+  void reserve(SeqId seq, int32_t new_length);
+
+  /// Records `tokens` as verified at positions [length, length + n): their K/V must
+  /// already be in the pool. Blocks that become full are entered in the prefix cache.
+  void commit(SeqId seq, std::span<const int32_t> tokens);
+
+  /// Shrinks the sequence to `new_length` committed tokens (<= length) and releases
+  /// every block beyond what [0, max(new_length, 1)) needs, including reserved blocks
+  /// that were never committed. Never zeroes memory.
+  void truncate(SeqId seq, int32_t new_length);
+
+  /// Releases every block of the sequence; the id becomes invalid.
+  void release(SeqId seq);
+
+  int32_t length(SeqId seq) const;                      ///< committed tokens
+  int32_t reserved(SeqId seq) const;                    ///< writable positions
+  std::span<const int32_t> block_table(SeqId seq) const;
+  std::span<const int32_t> tokens(SeqId seq) const;     ///< committed token ids
+  /// slot(pos) = table[pos / B] * B + pos % B; pos must be < reserved(seq).
+  int64_t slot(SeqId seq, int32_t pos) const;
+
+  /// Blocks a reserve(seq, new_length) would take from the pool.
+  int32_t blocks_needed(SeqId seq, int32_t new_length) const;
+  int32_t free_blocks() const;   ///< free + evictable cached blocks
+  int32_t total_blocks() const { return config_.num_blocks; }
+  int64_t capacity_tokens() const { return int64_t{config_.num_blocks} * config_.block_size; }
+  size_t num_sequences() const;
+
+  KvTensors& tensors() { return tensors_; }
+  const KvTensors& tensors() const { return tensors_; }
+  const PrefixCache& prefix_cache() const { return prefix_cache_; }
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  struct Sequence;
+  Sequence& at(SeqId seq);
+  const Sequence& at(SeqId seq) const;
+
+  KvStoreConfig config_;
+  BlockPool pool_;
+  PrefixCache prefix_cache_;
+  KvTensors tensors_;
+  std::vector<std::unique_ptr<Sequence>> sequences_;  // indexed by SeqId; null = released
+};
+
+}  // namespace specpipe

@@ -1,0 +1,33 @@
+#pragma once
+/// Storage of the pool's K and V, CPU backend: per layer, K and V float32 tensors of
+/// shape [num_blocks, block_size, kv_heads, head_dim] (token-major inside a block, so a
+/// slot's heads are contiguous). Slot s of layer l starts at
+/// k(l) + s * kv_heads * head_dim.
+#include <cstdint>
+#include <vector>
+
+namespace specpipe {
+
+class KvTensors {
+ public:
+  KvTensors(int32_t num_layers, int32_t num_blocks, int32_t block_size, int32_t kv_heads,
+            int32_t head_dim);
+
+  float* k(int32_t layer) { return k_[layer].data(); }
+  float* v(int32_t layer) { return v_[layer].data(); }
+  const float* k(int32_t layer) const { return k_[layer].data(); }
+  const float* v(int32_t layer) const { return v_[layer].data(); }
+  int64_t slot_stride() const { return slot_stride_; }  ///< floats per slot = kv_heads * head_dim
+  int32_t num_layers() const { return static_cast<int32_t>(k_.size()); }
+
+  /// Copies block `src` to block `dst` in every layer (copy-on-write of shared blocks).
+  void copy_block(int32_t src, int32_t dst);
+  size_t bytes() const;
+
+ private:
+  int32_t block_size_;
+  int64_t slot_stride_;
+  std::vector<std::vector<float>> k_, v_;
+};
+
+}  // namespace specpipe

@@ -1,0 +1,24 @@
+#include "tests/support/test_paths.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+
+namespace specpipe::test {
+
+std::filesystem::path source_dir() { return SPECPIPE_SOURCE_DIR; }
+std::filesystem::path model_dir(const char* name) { return source_dir() / "models" / name; }
+std::filesystem::path data_path(const char* name) { return source_dir() / "tests" / "data" / name; }
+
+std::filesystem::path scratch_dir(const char* tag) {
+  static std::atomic<int> counter{0};
+  auto dir = std::filesystem::temp_directory_path() /
+             ("specpipe-test-" + std::string(tag) + "-" + std::to_string(::getpid()) + "-" +
+              std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace specpipe::test
