@@ -2,9 +2,15 @@
 /// The paged KV store: a pool of fixed-size blocks shared by all sequences, one block
 /// table per sequence, slots shared by all layers, and a prefix cache over full
 /// committed blocks. See kvstore/README.md for the contract.
+///
+/// Not thread-safe, by design: one owner (the KV-router actor) mutates it; others get
+/// slots and views from that owner. Errors are specpipe::Error; every throwing call
+/// leaves the store as it was.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "kvstore/block_pool.h"
@@ -22,11 +28,18 @@ struct KvStoreConfig {
   bool prefix_cache = true;
 };
 
+/// Sequence ids are handed out 0, 1, 2, ... and never reused.
 using SeqId = int64_t;
 
 class KvStore {
  public:
+  /// Every size in `config` must be >= 1; throws Error(invalid_argument) naming the field.
   explicit KvStore(const KvStoreConfig& config);
+  ~KvStore();
+  KvStore(KvStore&&) noexcept;
+  KvStore& operator=(KvStore&&) noexcept;
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
 
   const KvStoreConfig& config() const { return config_; }
 
@@ -39,30 +52,36 @@ class KvStore {
   /// Makes positions [0, new_length) writable: allocates blocks (and copies a shared
   /// tail block before it may be written). All or nothing: on failure throws
   /// Error(out_of_capacity) with "out of KV blocks: ..." and changes nothing.
+  /// A new_length <= reserved(seq) changes nothing.
   void reserve(SeqId seq, int32_t new_length);
 
   /// Records `tokens` as verified at positions [length, length + n): their K/V must
   /// already be in the pool. Blocks that become full are entered in the prefix cache.
+  /// length + n must be <= reserved(seq).
   void commit(SeqId seq, std::span<const int32_t> tokens);
 
   /// Shrinks the sequence to `new_length` committed tokens (<= length) and releases
   /// every block beyond what [0, max(new_length, 1)) needs, including reserved blocks
-  /// that were never committed. Never zeroes memory.
+  /// that were never committed. Never zeroes memory. reserved(seq) becomes new_length.
   void truncate(SeqId seq, int32_t new_length);
 
   /// Releases every block of the sequence; the id becomes invalid.
   void release(SeqId seq);
 
-  int32_t length(SeqId seq) const;                      ///< committed tokens
-  int32_t reserved(SeqId seq) const;                    ///< writable positions
+  bool contains(SeqId seq) const;   ///< live (added, not released)
+  int32_t length(SeqId seq) const;  ///< committed tokens
+  /// Positions [0, reserved) have slots; those in [length, reserved) are writable.
+  int32_t reserved(SeqId seq) const;
+  /// The blocks the sequence holds, in position order. May hold one block more than
+  /// reserved(seq) needs: truncate keeps the first block of a sequence.
   std::span<const int32_t> block_table(SeqId seq) const;
-  std::span<const int32_t> tokens(SeqId seq) const;     ///< committed token ids
+  std::span<const int32_t> tokens(SeqId seq) const;  ///< committed token ids
   /// slot(pos) = table[pos / B] * B + pos % B; pos must be < reserved(seq).
   int64_t slot(SeqId seq, int32_t pos) const;
 
   /// Blocks a reserve(seq, new_length) would take from the pool.
   int32_t blocks_needed(SeqId seq, int32_t new_length) const;
-  int32_t free_blocks() const;   ///< free + evictable cached blocks
+  int32_t free_blocks() const;  ///< free + evictable cached blocks
   int32_t total_blocks() const { return config_.num_blocks; }
   int64_t capacity_tokens() const { return int64_t{config_.num_blocks} * config_.block_size; }
   size_t num_sequences() const;
@@ -72,16 +91,25 @@ class KvStore {
   const PrefixCache& prefix_cache() const { return prefix_cache_; }
   const BlockPool& pool() const { return pool_; }
 
+  /// Verifies the invariants of kvstore/README.md (reference counts equal table
+  /// holdings, cache and pool agree, writable positions lie in writable blocks, ...);
+  /// throws Error(internal) naming the first one broken. O(blocks + committed tokens):
+  /// meant for tests and debug checks, not the hot path.
+  void check_invariants() const;
+
  private:
   struct Sequence;
   Sequence& at(SeqId seq);
   const Sequence& at(SeqId seq) const;
+  int32_t take_block();  // allocate(), dropping an evicted block's hash from the cache
+  void release_blocks_from(Sequence& seq, size_t first_index);
 
   KvStoreConfig config_;
   BlockPool pool_;
   PrefixCache prefix_cache_;
   KvTensors tensors_;
-  std::vector<std::unique_ptr<Sequence>> sequences_;  // indexed by SeqId; null = released
+  std::unordered_map<SeqId, std::unique_ptr<Sequence>> sequences_;  // live ones only
+  SeqId next_id_ = 0;
 };
 
 }  // namespace specpipe

@@ -3,6 +3,11 @@
 /// shape [num_blocks, block_size, kv_heads, head_dim] (token-major inside a block, so a
 /// slot's heads are contiguous). Slot s of layer l starts at
 /// k(l) + s * kv_heads * head_dim.
+///
+/// Zero-initialised at construction and never cleared afterwards: a slot holds whatever
+/// was last written to it, so only positions a block table maps below a sequence's
+/// length are meaningful. Not thread-safe: one owner (see kvstore/README.md).
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -10,6 +15,8 @@ namespace specpipe {
 
 class KvTensors {
  public:
+  /// Every argument must be >= 1; throws Error(invalid_argument) naming the first that
+  /// is not.
   KvTensors(int32_t num_layers, int32_t num_blocks, int32_t block_size, int32_t kv_heads,
             int32_t head_dim);
 
@@ -19,12 +26,15 @@ class KvTensors {
   const float* v(int32_t layer) const { return v_[layer].data(); }
   int64_t slot_stride() const { return slot_stride_; }  ///< floats per slot = kv_heads * head_dim
   int32_t num_layers() const { return static_cast<int32_t>(k_.size()); }
+  int32_t num_blocks() const { return num_blocks_; }
+  int32_t block_size() const { return block_size_; }
 
   /// Copies block `src` to block `dst` in every layer (copy-on-write of shared blocks).
   void copy_block(int32_t src, int32_t dst);
-  size_t bytes() const;
+  size_t bytes() const;  ///< K and V of every layer
 
  private:
+  int32_t num_blocks_;
   int32_t block_size_;
   int64_t slot_stride_;
   std::vector<std::vector<float>> k_, v_;

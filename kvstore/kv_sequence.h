@@ -1,0 +1,23 @@
+#pragma once
+/// Internal to kvstore/: the definition of KvStore::Sequence, shared by kv_store.cpp and
+/// kv_store_invariants.cpp. Nothing outside this folder includes it.
+#include <cstdint>
+#include <vector>
+
+#include "kvstore/kv_store.h"
+
+namespace specpipe {
+
+/// One sequence's view of the pool. Invariants (checked by check_invariants):
+/// tokens.size() <= reserved <= table.size() * B; table.size() is what
+/// [0, max(reserved, 1)) needs, or what [0, reserved) needs (the two differ only at
+/// reserved == 0, where a sequence keeps the first block it had); chain[i] is the chain
+/// hash of full committed block i (prefix cache on only).
+struct KvStore::Sequence {
+  std::vector<int32_t> tokens;  // committed ids
+  std::vector<int32_t> table;   // block of positions [i * B, (i + 1) * B)
+  std::vector<uint64_t> chain;  // chain hash of each full committed block
+  int32_t reserved = 0;
+};
+
+}  // namespace specpipe

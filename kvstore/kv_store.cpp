@@ -1,0 +1,206 @@
+#include "kvstore/kv_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.h"
+#include "kvstore/kv_sequence.h"
+
+namespace specpipe {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+const KvStoreConfig& validated(const KvStoreConfig& config) {
+  const std::pair<const char*, int32_t> sizes[] = {{"num_layers", config.num_layers},
+                                                   {"num_kv_heads", config.num_kv_heads},
+                                                   {"head_dim", config.head_dim},
+                                                   {"block_size", config.block_size},
+                                                   {"num_blocks", config.num_blocks}};
+  for (const auto& [name, value] : sizes) {
+    if (value < 1)
+      fail(ErrorCode::invalid_argument, "KV store config: {} must be >= 1, got {}", name, value);
+  }
+  return config;
+}
+
+}  // namespace
+
+KvStore::KvStore(const KvStoreConfig& config)
+    : config_(validated(config)),
+      pool_(config.num_blocks),
+      tensors_(config.num_layers, config.num_blocks, config.block_size, config.num_kv_heads,
+               config.head_dim) {}
+
+KvStore::~KvStore() = default;
+KvStore::KvStore(KvStore&&) noexcept = default;
+KvStore& KvStore::operator=(KvStore&&) noexcept = default;
+
+KvStore::Sequence& KvStore::at(SeqId seq) {
+  return const_cast<Sequence&>(std::as_const(*this).at(seq));
+}
+
+const KvStore::Sequence& KvStore::at(SeqId seq) const {
+  const auto it = sequences_.find(seq);
+  if (it == sequences_.end())
+    fail(ErrorCode::invalid_argument, "KV sequence {} is unknown or already released", seq);
+  return *it->second;
+}
+
+int32_t KvStore::take_block() {
+  const BlockPool::Allocation allocation = pool_.allocate();
+  if (allocation.evicted_hash) prefix_cache_.erase(*allocation.evicted_hash);
+  return allocation.block;
+}
+
+void KvStore::release_blocks_from(Sequence& seq, size_t first_index) {
+  // Deepest block first: it lands at the old end of the LRU list and is evicted before
+  // its parents, whose loss would make it unreachable anyway.
+  while (seq.table.size() > first_index) {
+    pool_.release(seq.table.back());
+    seq.table.pop_back();
+  }
+}
+
+SeqId KvStore::add_sequence(std::span<const int32_t> prompt, int32_t* cached_tokens) {
+  if (prompt.size() > static_cast<size_t>(INT32_MAX))
+    fail(ErrorCode::invalid_argument, "prompt of {} tokens is longer than a KV sequence can be",
+         prompt.size());
+  auto seq = std::make_unique<Sequence>();
+  const size_t block_size = static_cast<size_t>(config_.block_size);
+  if (config_.prefix_cache && !prompt.empty()) {
+    // The last prompt token is never taken from the cache: its logits are needed.
+    const size_t max_blocks = (prompt.size() - 1) / block_size;
+    uint64_t parent = PrefixCache::kRootHash;
+    for (size_t i = 0; i < max_blocks; ++i) {
+      const uint64_t hash =
+          PrefixCache::chain_hash(parent, prompt.subspan(i * block_size, block_size));
+      const std::optional<int32_t> block = prefix_cache_.find(hash);
+      if (!block) break;
+      pool_.acquire(*block);
+      seq->table.push_back(*block);
+      seq->chain.push_back(hash);
+      parent = hash;
+    }
+  }
+  const size_t matched = seq->table.size() * block_size;
+  seq->tokens.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(matched));
+  seq->reserved = static_cast<int32_t>(matched);
+  if (cached_tokens) *cached_tokens = seq->reserved;
+  const SeqId id = next_id_++;
+  sequences_.emplace(id, std::move(seq));
+  return id;
+}
+
+int32_t KvStore::blocks_needed(SeqId seq, int32_t new_length) const {
+  const Sequence& s = at(seq);
+  if (new_length <= s.reserved) return 0;
+  const int64_t first = s.reserved / config_.block_size;  // first block gaining positions
+  const int64_t end = ceil_div(new_length, config_.block_size);
+  const int64_t held = static_cast<int64_t>(s.table.size());
+  int64_t needed = std::max<int64_t>(0, end - std::max(first, held));
+  // Held blocks that gain writable positions: at most the one holding position
+  // `reserved`; it needs a private copy if it is shared or cached.
+  for (int64_t i = first; i < std::min(end, held); ++i) {
+    if (!pool_.writable(s.table[static_cast<size_t>(i)])) ++needed;
+  }
+  return static_cast<int32_t>(needed);
+}
+
+void KvStore::reserve(SeqId seq, int32_t new_length) {
+  Sequence& s = at(seq);
+  if (new_length < 0)
+    fail(ErrorCode::invalid_argument, "reserve: KV sequence {} cannot have length {}", seq,
+         new_length);
+  if (new_length <= s.reserved) return;
+  const int32_t needed = blocks_needed(seq, new_length);
+  if (needed > pool_.available())
+    fail(ErrorCode::out_of_capacity,
+         "out of KV blocks: sequence {} needs {} more blocks ({} tokens at block size {}) to "
+         "reach length {} but {} of {} are free",
+         seq, needed, int64_t{needed} * config_.block_size, config_.block_size, new_length,
+         pool_.available(), pool_.num_blocks());
+
+  // From here on nothing can fail: the pool has `needed` blocks to give.
+  const size_t first = static_cast<size_t>(s.reserved / config_.block_size);
+  const auto end = static_cast<size_t>(ceil_div(new_length, config_.block_size));
+  for (size_t i = first; i < end; ++i) {
+    if (i >= s.table.size()) {
+      s.table.push_back(take_block());
+    } else if (!pool_.writable(s.table[i])) {
+      // Copy-on-write: the block is shared or cached, and a position in it is about to
+      // become writable (the sequence was truncated into it).
+      const int32_t old_block = s.table[i];
+      const int32_t new_block = take_block();
+      tensors_.copy_block(old_block, new_block);
+      s.table[i] = new_block;
+      pool_.release(old_block);
+    }
+  }
+  s.reserved = new_length;
+}
+
+void KvStore::commit(SeqId seq, std::span<const int32_t> tokens) {
+  Sequence& s = at(seq);
+  const int64_t new_length =
+      static_cast<int64_t>(s.tokens.size()) + static_cast<int64_t>(tokens.size());
+  if (new_length > s.reserved)
+    fail(ErrorCode::invalid_argument,
+         "commit: KV sequence {} has {} committed tokens; {} more exceed its {} reserved positions",
+         seq, s.tokens.size(), tokens.size(), s.reserved);
+  const size_t block_size = static_cast<size_t>(config_.block_size);
+  const size_t full_before = s.tokens.size() / block_size;
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+  if (!config_.prefix_cache) return;
+  const std::span<const int32_t> ids(s.tokens);
+  for (size_t i = full_before; i < s.tokens.size() / block_size; ++i) {
+    const uint64_t parent = i == 0 ? PrefixCache::kRootHash : s.chain[i - 1];
+    const uint64_t hash = PrefixCache::chain_hash(parent, ids.subspan(i * block_size, block_size));
+    s.chain.push_back(hash);
+    // The block was writable until now (private, not cached). If another block already
+    // holds this prefix, that mapping stays: it may be shared, ours is not.
+    if (prefix_cache_.insert(hash, s.table[i])) pool_.set_hash(s.table[i], hash);
+  }
+}
+
+void KvStore::truncate(SeqId seq, int32_t new_length) {
+  Sequence& s = at(seq);
+  if (new_length < 0 || static_cast<size_t>(new_length) > s.tokens.size())
+    fail(ErrorCode::invalid_argument,
+         "truncate: KV sequence {} has {} committed tokens, cannot truncate to {}", seq,
+         s.tokens.size(), new_length);
+  const size_t block_size = static_cast<size_t>(config_.block_size);
+  s.tokens.resize(static_cast<size_t>(new_length));
+  s.chain.resize(std::min(s.chain.size(), s.tokens.size() / block_size));
+  s.reserved = new_length;
+  // The first block stays even at length 0: a rolled-back sequence about to recompute
+  // its start needs no allocation for it (unless it must copy a shared block).
+  release_blocks_from(s,
+                      static_cast<size_t>(ceil_div(std::max(new_length, 1), config_.block_size)));
+}
+
+void KvStore::release(SeqId seq) {
+  Sequence& s = at(seq);
+  release_blocks_from(s, 0);
+  sequences_.erase(seq);
+}
+
+bool KvStore::contains(SeqId seq) const { return sequences_.contains(seq); }
+int32_t KvStore::length(SeqId seq) const { return static_cast<int32_t>(at(seq).tokens.size()); }
+int32_t KvStore::reserved(SeqId seq) const { return at(seq).reserved; }
+std::span<const int32_t> KvStore::block_table(SeqId seq) const { return at(seq).table; }
+std::span<const int32_t> KvStore::tokens(SeqId seq) const { return at(seq).tokens; }
+int32_t KvStore::free_blocks() const { return pool_.available(); }
+size_t KvStore::num_sequences() const { return sequences_.size(); }
+
+int64_t KvStore::slot(SeqId seq, int32_t pos) const {
+  const Sequence& s = at(seq);
+  if (pos < 0 || pos >= s.reserved)
+    fail(ErrorCode::invalid_argument, "slot: position {} of KV sequence {} is outside [0, {})", pos,
+         seq, s.reserved);
+  const int32_t block_size = config_.block_size;
+  return int64_t{s.table[static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size;
+}
+
+}  // namespace specpipe
