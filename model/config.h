@@ -29,14 +29,23 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool qk_norm = false;         ///< RMSNorm over head_dim on q and k before RoPE (qwen3)
   bool attention_bias = false;  ///< q/k/v projections carry a bias (qwen2 always)
-  bool mlp_bias = false;
-  std::vector<int32_t> eos_token_ids;  ///< from config.json, then generation_config.json
+  bool o_proj_bias = false;     ///< o_proj bias: llama/qwen3 with attention_bias, never qwen2
+  bool mlp_bias = false;        ///< gate/up/down carry a bias (llama `mlp_bias` only)
+  /// `eos_token_id` of config.json, then those of generation_config.json not already
+  /// listed (generation_config.json often adds the chat end-of-turn token). May be empty.
+  std::vector<int32_t> eos_token_ids;
   DType weight_dtype = DType::f32;     ///< `dtype` / `torch_dtype`, informative only
 
   /// Parses `<model_dir>/config.json` (and `generation_config.json` for EOS when present).
+  /// Required keys: model_type, vocab_size, hidden_size, intermediate_size,
+  /// num_hidden_layers, num_attention_heads. The others take the transformers default of
+  /// the family when absent or null (num_key_value_heads: llama = num_attention_heads,
+  /// qwen2/qwen3 = 32; head_dim: qwen3 = 128, else hidden_size / num_attention_heads;
+  /// max_position_embeddings: llama 2048, qwen 32768; rope_theta 10000; rms_norm_eps 1e-6).
   /// Throws Error naming the file and key: not_found (file or required key missing),
-  /// unsupported (unknown model_type, rope scaling, sliding window, non-SiLU activation),
-  /// invalid_argument (wrong type or inconsistent sizes).
+  /// unsupported (unknown model_type, rope scaling, sliding window, non-SiLU activation,
+  /// quantization), invalid_argument (wrong type, out of range or inconsistent sizes),
+  /// corrupt_file (not well-formed JSON).
   static ModelConfig from_dir(const std::filesystem::path& model_dir);
 
   int64_t q_dim() const { return int64_t{num_heads} * head_dim; }

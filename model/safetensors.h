@@ -31,7 +31,10 @@ class SafetensorsArchive {
   /// `<model_dir>/model.safetensors`. Validates every header: length inside the file,
   /// JSON well formed, known dtypes, data_offsets inside the data section and matching
   /// dtype x shape, no two tensors overlapping, every tensor of the index present in the
-  /// shard it names. Throws Error naming the file (and tensor) at fault.
+  /// shard it names, no tensor in two shards. Throws Error naming the file (and tensor) at
+  /// fault: not_found (directory, file or shard missing), corrupt_file (any of the checks
+  /// above), unsupported (a dtype of the format other than F32/F16/BF16/I32/I64), io.
+  /// Shard names in the index must be plain file names inside `model_dir`.
   static std::shared_ptr<const SafetensorsArchive> open(const std::filesystem::path& model_dir);
   /// Opens one safetensors file (used by open() and by tests).
   static std::shared_ptr<const SafetensorsArchive> open_file(const std::filesystem::path& file);

@@ -24,9 +24,11 @@ struct MatrixWeight {
 struct LayerWeights {
   MatrixWeight q_proj, k_proj, v_proj, o_proj;  ///< [q_dim|kv_dim|kv_dim, hidden], [hidden, q_dim]
   MatrixWeight gate_proj, up_proj, down_proj;   ///< [inter, hidden] x2, [hidden, inter]
-  std::vector<float> q_bias, k_bias, v_bias;    ///< empty unless config.attention_bias
-  std::vector<float> o_bias;                    ///< empty unless config.attention_bias (llama)
-  std::vector<float> gate_bias, up_bias, down_bias;  ///< empty unless config.mlp_bias
+  std::vector<float> q_bias, k_bias, v_bias;    ///< [q_dim|kv_dim|kv_dim]; empty unless
+                                                ///< config.attention_bias
+  std::vector<float> o_bias;                    ///< [hidden], empty unless config.o_proj_bias
+  std::vector<float> gate_bias, up_bias, down_bias;  ///< [inter] x2, [hidden]; empty unless
+                                                     ///< config.mlp_bias
   std::vector<float> input_norm;                ///< [hidden]
   std::vector<float> post_attention_norm;       ///< [hidden]
   std::vector<float> q_norm, k_norm;            ///< [head_dim], empty unless config.qk_norm
@@ -34,20 +36,28 @@ struct LayerWeights {
 
 struct ModelWeights {
   MatrixWeight embed_tokens;  ///< [vocab, hidden]
-  MatrixWeight lm_head;       ///< [vocab, hidden]; same storage as embed_tokens when tied
-  std::vector<float> final_norm;
+  /// [vocab, hidden]. When config.tie_word_embeddings it is a copy of embed_tokens (same
+  /// `data` pointer, no second tensor); test `lm_head.data == embed_tokens.data`.
+  MatrixWeight lm_head;
+  std::vector<float> final_norm;  ///< [hidden]
   std::vector<LayerWeights> layers;
-  /// Keeps whatever `data` pointers point into alive (a mapped archive, or owned memory).
+  /// Keeps whatever `data` pointers point into alive: the SafetensorsArchive itself, or
+  /// (only when some tensor's bytes were not aligned to its element size in the file, so
+  /// it had to be copied) a holder of the archive and those copies. Opaque to users.
   std::shared_ptr<const void> storage;
 
-  /// Bytes of matrix weights one decode step reads (every layer + lm_head).
+  /// Bytes of matrix weights one decode step reads: every layer's seven projections plus
+  /// lm_head (the embedding row, norms and biases are negligible and not counted).
   size_t bytes_read_per_token() const;
 };
 
 /// Maps the tensors of a Hugging Face checkpoint onto ModelWeights, checking that every
 /// expected tensor is present with the dtype family and shape the config implies.
-/// Throws Error naming the tensor: not_found (missing), corrupt_file (shape mismatch),
-/// unsupported (dtype other than F32/F16/BF16).
+/// Matrices point into the archive's map (copied only if misaligned); vectors become
+/// float32. Tensors the model does not use (rotary inv_freq, a tied lm_head.weight) are
+/// accepted with a warning. Throws Error naming the tensor: not_found (missing, with the
+/// checkpoint dir), corrupt_file (shape mismatch, with the file), unsupported (dtype other
+/// than F32/F16/BF16), invalid_argument (null archive).
 ModelWeights load_weights(const ModelConfig& config,
                           std::shared_ptr<const SafetensorsArchive> archive);
 
