@@ -1,0 +1,23 @@
+#include "kernels/cpu/activation.h"
+
+#include "core/error.h"
+#include "kernels/cpu/simd.h"
+
+namespace specpipe::cpu {
+
+void silu_gate(const float* gate, const float* up, float* out, int64_t rows, int64_t n, int64_t ld) {
+  if (n % 8 != 0) fail(ErrorCode::unsupported, "silu_gate: n = {} is not a multiple of 8", n);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+#pragma omp parallel for if (rows >= 32) schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; i += 8) {
+      const int64_t o = r * ld + i;
+      __m256 g = _mm256_loadu_ps(gate + o);
+      __m256 e = simd::exp8(_mm256_xor_ps(g, sign));  // exp(-g)
+      __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+      _mm256_storeu_ps(out + o, _mm256_mul_ps(silu, _mm256_loadu_ps(up + o)));
+    }
+}
+
+}  // namespace specpipe::cpu

@@ -1,0 +1,155 @@
+#include "kernels/cpu/attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/simd.h"
+
+namespace specpipe::cpu {
+namespace {
+
+constexpr int kMaxGroup = 16;  // query heads sharing one kv head
+
+/// Calls fn(key_index, k_row, v_row) for the keys [0, count) a query at window index
+/// `i` may see: the pool prefix block by block, then window rows 0..i.
+template <typename Fn>
+inline void for_each_key(const AttentionWindow& w, int32_t kv_head, int32_t head_dim, int32_t i,
+                         Fn&& fn) {
+  const PagedPrefix& p = w.prefix;
+  const int64_t head_off = int64_t{kv_head} * head_dim;
+  int32_t j = 0;
+  for (int32_t blk = 0; j < p.length; ++blk) {
+    const int64_t base = int64_t{p.block_table[blk]} * p.block_size;
+    for (int32_t off = 0; off < p.block_size && j < p.length; ++off, ++j) {
+      const int64_t o = (base + off) * p.slot_stride + head_off;
+      fn(j, p.k + o, p.v + o);
+    }
+  }
+  for (int32_t t = 0; t <= i; ++t, ++j) fn(j, w.k + t * w.ld_kv + head_off, w.v + t * w.ld_kv + head_off);
+}
+
+inline float dot(const float* a, const float* b, int32_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int32_t d = 0; d < n; d += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+  return simd::hsum(acc);
+}
+
+/// Turns scores[0, len) into exp(s - max) in place and returns their sum; the sum is an
+/// 8-lane chain over ascending keys (a partial last chunk adds zeros).
+inline float softmax_numerators(float* scores, int32_t len) {
+  __m256 mx = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int32_t j = 0;
+  for (; j + 8 <= len; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(scores + j));
+  float m = simd::hmax(mx);
+  for (int32_t t = j; t < len; ++t) m = std::max(m, scores[t]);
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  for (j = 0; j + 8 <= len; j += 8) {
+    __m256 e = simd::exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + j), mv));
+    _mm256_storeu_ps(scores + j, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (j < len) {
+    alignas(32) float tail[8];
+    for (int32_t t = 0; t < 8; ++t) tail[t] = j + t < len ? scores[j + t] - m : -INFINITY;
+    __m256 e = simd::exp8(_mm256_load_ps(tail));
+    _mm256_store_ps(tail, e);
+    for (int32_t t = 0; j + t < len; ++t) scores[j + t] = tail[t];
+    sum = _mm256_add_ps(sum, e);
+  }
+  return simd::hsum(sum);
+}
+
+void attend_one(const AttentionShape& s, const AttentionWindow& w, int32_t i, int32_t kv_head,
+                std::vector<float>& scratch) {
+  const int32_t group = s.num_heads / s.num_kv_heads;
+  const int32_t hd = s.head_dim;
+  const int32_t len = w.prefix.length + i + 1;
+  scratch.resize(static_cast<size_t>(group) * static_cast<size_t>(len));
+  const float* q = w.q + i * w.ld_q + int64_t{kv_head} * group * hd;
+
+  for_each_key(w, kv_head, hd, i, [&](int32_t j, const float* k, const float*) {
+    for (int32_t h = 0; h < group; ++h) scratch[static_cast<size_t>(h) * len + j] = dot(q + h * hd, k, hd) * s.scale;
+  });
+  float inv_sum[kMaxGroup];
+  for (int32_t h = 0; h < group; ++h)
+    inv_sum[h] = 1.0f / softmax_numerators(scratch.data() + static_cast<size_t>(h) * len, len);
+
+  float* out = w.out + i * w.ld_out + int64_t{kv_head} * group * hd;
+  for (int32_t h = 0; h < group; ++h) {
+    const float* p = scratch.data() + static_cast<size_t>(h) * len;
+    for (int32_t d0 = 0; d0 < hd; d0 += 64) {  // 8 accumulators of 8 lanes at a time
+      const int32_t width = std::min(64, hd - d0);
+      __m256 acc[8];
+      for (int t = 0; t < 8; ++t) acc[t] = _mm256_setzero_ps();
+      for_each_key(w, kv_head, hd, i, [&](int32_t j, const float*, const float* v) {
+        const __m256 pj = _mm256_set1_ps(p[j]);
+        for (int t = 0; t * 8 < width; ++t)
+          acc[t] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + d0 + t * 8), acc[t]);
+      });
+      const __m256 inv = _mm256_set1_ps(inv_sum[h]);
+      for (int t = 0; t * 8 < width; ++t)
+        _mm256_storeu_ps(out + h * hd + d0 + t * 8, _mm256_mul_ps(acc[t], inv));
+    }
+  }
+}
+
+}  // namespace
+
+void attention(const AttentionShape& s, std::span<const AttentionWindow> windows) {
+  if (s.head_dim % 8 != 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0 ||
+      s.num_heads / s.num_kv_heads > kMaxGroup)
+    fail(ErrorCode::unsupported, "attention: heads {}/{} head_dim {} not supported", s.num_heads,
+         s.num_kv_heads, s.head_dim);
+  // Work items: (window, token, kv head); longer prefixes first would balance better but
+  // the order must not matter for results, and with dynamic scheduling it does not.
+  std::vector<int64_t> first;  // first item of each window
+  int64_t total = 0;
+  for (const AttentionWindow& w : windows) {
+    first.push_back(total);
+    total += int64_t{w.n} * s.num_kv_heads;
+  }
+  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), total));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : 1)
+  for (int64_t item = 0; item < total; ++item) {
+    thread_local std::vector<float> scratch;
+    const size_t wi =
+        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
+    const int64_t local = item - first[wi];
+    attend_one(s, windows[wi], static_cast<int32_t>(local / s.num_kv_heads),
+               static_cast<int32_t>(local % s.num_kv_heads), scratch);
+  }
+}
+
+void attention_reference(const AttentionShape& s, const AttentionWindow& w) {
+  const int32_t group = s.num_heads / s.num_kv_heads, hd = s.head_dim;
+  for (int32_t i = 0; i < w.n; ++i)
+    for (int32_t h = 0; h < s.num_heads; ++h) {
+      const int32_t g = h / group;
+      const float* q = w.q + i * w.ld_q + int64_t{h} * hd;
+      std::vector<double> sc;
+      std::vector<const float*> vs;
+      for_each_key(w, g, hd, i, [&](int32_t, const float* k, const float* v) {
+        double d = 0;
+        for (int32_t t = 0; t < hd; ++t) d += double{q[t]} * k[t];
+        sc.push_back(d * s.scale);
+        vs.push_back(v);
+      });
+      double m = -INFINITY, sum = 0;
+      for (double x : sc) m = std::max(m, x);
+      for (double& x : sc) sum += (x = std::exp(x - m));
+      for (int32_t t = 0; t < hd; ++t) {
+        double acc = 0;
+        for (size_t j = 0; j < sc.size(); ++j) acc += sc[j] * vs[j][t];
+        w.out[i * w.ld_out + int64_t{h} * hd + t] = static_cast<float>(acc / sum);
+      }
+    }
+}
+
+}  // namespace specpipe::cpu

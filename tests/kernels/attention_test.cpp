@@ -1,0 +1,86 @@
+#include "kernels/cpu/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace specpipe::cpu {
+namespace {
+
+// A fake pool: `total` tokens of one sequence scattered over shuffled blocks.
+struct Fixture {
+  AttentionShape shape{6, 2, 64, 0.125f};
+  int32_t block = 4, total;
+  int64_t kv_dim = 2 * 64, q_dim = 6 * 64;
+  std::vector<float> pool_k, pool_v, q, k, v;  // q/k/v: all `total` tokens, dense
+  std::vector<int32_t> table;
+
+  explicit Fixture(int32_t tokens, uint32_t seed = 1) : total(tokens) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    auto fill = [&](std::vector<float>& x, size_t n) { x.resize(n); for (float& e : x) e = d(rng); };
+    fill(q, static_cast<size_t>(total * q_dim));
+    fill(k, static_cast<size_t>(total * kv_dim));
+    fill(v, static_cast<size_t>(total * kv_dim));
+    const int32_t blocks = (total + block - 1) / block;
+    table.resize(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    pool_k.assign(static_cast<size_t>(blocks * block * kv_dim), NAN);  // unused slots poison
+    pool_v = pool_k;
+    for (int32_t p = 0; p < total; ++p) {
+      const int64_t slot = int64_t{table[static_cast<size_t>(p / block)]} * block + p % block;
+      std::memcpy(&pool_k[static_cast<size_t>(slot * kv_dim)], &k[static_cast<size_t>(p * kv_dim)], kv_dim * 4);
+      std::memcpy(&pool_v[static_cast<size_t>(slot * kv_dim)], &v[static_cast<size_t>(p * kv_dim)], kv_dim * 4);
+    }
+  }
+  // Window of n tokens starting at `start`: prefix from the pool, the rest dense.
+  AttentionWindow window(int32_t start, int32_t n, float* out) const {
+    PagedPrefix prefix{pool_k.data(), pool_v.data(), kv_dim, table.data(), block, start};
+    return {prefix, q.data() + start * q_dim, k.data() + start * kv_dim, v.data() + start * kv_dim,
+            q_dim, kv_dim, n, out, q_dim};
+  }
+};
+
+TEST(Attention, MatchesDoubleReference) {
+  Fixture f(37);
+  for (int32_t start : {0, 5, 16, 30}) {
+    const int32_t n = f.total - start;
+    std::vector<float> got(static_cast<size_t>(n * f.q_dim)), want(got.size());
+    AttentionWindow w = f.window(start, n, got.data());
+    attention(f.shape, {&w, 1});
+    w.out = want.data();
+    attention_reference(f.shape, w);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << "start=" << start << " i=" << i;
+  }
+}
+
+// The heart of batch invariance: a token's output is the same bits whether its
+// predecessors are in the pool or in the same window, and whatever else is batched.
+TEST(Attention, TokenOutputIndependentOfWindowSplitAndBatch) {
+  Fixture f(41, 5), other(23, 9);
+  const int32_t pos = 33;
+  std::vector<float> alone(static_cast<size_t>(f.q_dim));
+  AttentionWindow w1 = f.window(pos, 1, alone.data());
+  attention(f.shape, {&w1, 1});
+  for (int32_t start : {0, 7, 30, 32}) {
+    const int32_t n = pos - start + 1 + 3;  // the window runs past pos
+    std::vector<float> out(static_cast<size_t>(n * f.q_dim)), out2(static_cast<size_t>(other.total * other.q_dim));
+    AttentionWindow batch[] = {other.window(0, other.total, out2.data()), f.window(start, n, out.data())};
+    attention(f.shape, batch);
+    ASSERT_EQ(0, std::memcmp(alone.data(), &out[static_cast<size_t>((pos - start) * f.q_dim)], f.q_dim * 4))
+        << "start=" << start;
+  }
+}
+
+TEST(Attention, RejectsUnsupportedShapes) {
+  AttentionShape bad{6, 4, 64, 1.0f};
+  EXPECT_THROW(attention(bad, {}), std::exception);
+}
+
+}  // namespace
+}  // namespace specpipe::cpu
