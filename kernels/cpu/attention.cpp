@@ -33,10 +33,10 @@ inline void for_each_key(const AttentionWindow& w, int32_t kv_head, int32_t head
   for (int32_t t = 0; t <= i; ++t, ++j) fn(j, w.k + t * w.ld_kv + head_off, w.v + t * w.ld_kv + head_off);
 }
 
-inline float dot(const float* a, const float* b, int32_t n) {
+template <int HD>
+inline float dot(const float* a, const float* b) {
   __m256 acc = _mm256_setzero_ps();
-  for (int32_t d = 0; d < n; d += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+  for (int d = 0; d < HD; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
   return simd::hsum(acc);
 }
 
@@ -66,46 +66,64 @@ inline float softmax_numerators(float* scores, int32_t len) {
   return simd::hsum(sum);
 }
 
+/// One query token (window index i) against its keys, for the `group` query heads of
+/// one kv head. HD is the head dimension as a compile-time constant (see attention()).
+template <int HD>
 void attend_one(const AttentionShape& s, const AttentionWindow& w, int32_t i, int32_t kv_head,
                 std::vector<float>& scratch) {
   const int32_t group = s.num_heads / s.num_kv_heads;
-  const int32_t hd = s.head_dim;
   const int32_t len = w.prefix.length + i + 1;
   scratch.resize(static_cast<size_t>(group) * static_cast<size_t>(len));
-  const float* q = w.q + i * w.ld_q + int64_t{kv_head} * group * hd;
+  float* scores = scratch.data();
+  const float* q = w.q + i * w.ld_q + int64_t{kv_head} * group * HD;
 
-  for_each_key(w, kv_head, hd, i, [&](int32_t j, const float* k, const float*) {
-    for (int32_t h = 0; h < group; ++h) scratch[static_cast<size_t>(h) * len + j] = dot(q + h * hd, k, hd) * s.scale;
+  for_each_key(w, kv_head, HD, i, [&](int32_t j, const float* k, const float*) {
+    for (int32_t h = 0; h < group; ++h) scores[h * len + j] = dot<HD>(q + h * HD, k) * s.scale;
   });
   float inv_sum[kMaxGroup];
-  for (int32_t h = 0; h < group; ++h)
-    inv_sum[h] = 1.0f / softmax_numerators(scratch.data() + static_cast<size_t>(h) * len, len);
+  for (int32_t h = 0; h < group; ++h) inv_sum[h] = 1.0f / softmax_numerators(scores + h * len, len);
 
-  float* out = w.out + i * w.ld_out + int64_t{kv_head} * group * hd;
+  float* out = w.out + i * w.ld_out + int64_t{kv_head} * group * HD;
+  constexpr int kWidth = HD < 64 ? HD : 64;  // 8 accumulators of 8 lanes at most
   for (int32_t h = 0; h < group; ++h) {
-    const float* p = scratch.data() + static_cast<size_t>(h) * len;
-    for (int32_t d0 = 0; d0 < hd; d0 += 64) {  // 8 accumulators of 8 lanes at a time
-      const int32_t width = std::min(64, hd - d0);
-      __m256 acc[8];
-      for (int t = 0; t < 8; ++t) acc[t] = _mm256_setzero_ps();
-      for_each_key(w, kv_head, hd, i, [&](int32_t j, const float*, const float* v) {
+    const float* p = scores + h * len;
+    for (int d0 = 0; d0 < HD; d0 += kWidth) {
+      __m256 acc[kWidth / 8];
+      for (int t = 0; t < kWidth / 8; ++t) acc[t] = _mm256_setzero_ps();
+      for_each_key(w, kv_head, HD, i, [&](int32_t j, const float*, const float* v) {
         const __m256 pj = _mm256_set1_ps(p[j]);
-        for (int t = 0; t * 8 < width; ++t)
-          acc[t] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + d0 + t * 8), acc[t]);
+        for (int t = 0; t < kWidth / 8; ++t) acc[t] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + d0 + t * 8), acc[t]);
       });
       const __m256 inv = _mm256_set1_ps(inv_sum[h]);
-      for (int t = 0; t * 8 < width; ++t)
-        _mm256_storeu_ps(out + h * hd + d0 + t * 8, _mm256_mul_ps(acc[t], inv));
+      for (int t = 0; t < kWidth / 8; ++t)
+        _mm256_storeu_ps(out + h * HD + d0 + t * 8, _mm256_mul_ps(acc[t], inv));
     }
+  }
+}
+
+using AttendFn = void (*)(const AttentionShape&, const AttentionWindow&, int32_t, int32_t,
+                          std::vector<float>&);
+
+/// The one place head_dim becomes a template parameter; others are refused.
+AttendFn attend_for(int32_t head_dim) {
+  switch (head_dim) {
+    case 16: return attend_one<16>;
+    case 32: return attend_one<32>;
+    case 64: return attend_one<64>;
+    case 128: return attend_one<128>;
+    case 256: return attend_one<256>;
+    default: return nullptr;
   }
 }
 
 }  // namespace
 
 void attention(const AttentionShape& s, std::span<const AttentionWindow> windows) {
-  if (s.head_dim % 8 != 0 || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0 ||
+  const AttendFn attend = attend_for(s.head_dim);
+  if (!attend || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0 ||
       s.num_heads / s.num_kv_heads > kMaxGroup)
-    fail(ErrorCode::unsupported, "attention: heads {}/{} head_dim {} not supported", s.num_heads,
+    fail(ErrorCode::unsupported,
+         "attention: heads {}/{} with head_dim {} not supported (head_dim 16, 32, 64, 128 or 256)", s.num_heads,
          s.num_kv_heads, s.head_dim);
   // Work items: (window, token, kv head); longer prefixes first would balance better but
   // the order must not matter for results, and with dynamic scheduling it does not.
@@ -122,7 +140,7 @@ void attention(const AttentionShape& s, std::span<const AttentionWindow> windows
     const size_t wi =
         static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
     const int64_t local = item - first[wi];
-    attend_one(s, windows[wi], static_cast<int32_t>(local / s.num_kv_heads),
+    attend(s, windows[wi], static_cast<int32_t>(local / s.num_kv_heads),
                static_cast<int32_t>(local % s.num_kv_heads), scratch);
   }
 }

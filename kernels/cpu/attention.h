@@ -10,7 +10,7 @@ namespace specpipe::cpu {
 struct AttentionShape {
   int32_t num_heads;     ///< query heads
   int32_t num_kv_heads;  ///< key/value heads; num_heads % num_kv_heads == 0
-  int32_t head_dim;      ///< multiple of 8
+  int32_t head_dim;      ///< 16, 32, 64, 128 or 256
   float scale;           ///< usually 1 / sqrt(head_dim)
 };
 

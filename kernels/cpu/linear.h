@@ -25,7 +25,7 @@ struct LinearTarget {
 ///
 /// Batch invariant: each output is one 8-lane FMA chain over k in ascending order,
 /// reduced by simd::hsum, then the bias is added, then (if accumulate) it is added to
-/// y; the same for every m, tile shape and thread count. Requires k % 8 == 0.
+/// y; the same for every m, tile shape and thread count. Requires k % 16 == 0.
 void linear(const float* x, int64_t m, int64_t k, int64_t ldx, std::span<const LinearTarget> targets);
 
 /// Naive reference with the same summation order, for tests.

@@ -45,7 +45,7 @@ TEST_P(LinearTest, MatchesReferenceBitwiseForManyShapes) {
   std::mt19937 rng(7);
   for (int64_t m : {1, 2, 3, 4, 5, 7, 9, 17}) {
     for (int64_t n : {1, 5, 16, 37, 96}) {
-      const int64_t k = 8 * (1 + (m * n) % 9);
+      const int64_t k = 16 * (1 + (m * n) % 9);
       Weights w = random_weights(GetParam(), n, k, rng);
       std::vector<float> x = random_vector(static_cast<size_t>(m * k), rng);
       std::vector<float> bias = random_vector(static_cast<size_t>(n), rng);
