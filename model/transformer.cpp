@@ -1,0 +1,190 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/norm.h"
+
+namespace specpipe {
+
+/// Activations of one forward, [tokens, width] row-major; grown, never shrunk.
+struct Transformer::Scratch {
+  std::vector<float> x, h, q, k, v, attn, gate, up;
+  int64_t tokens = 0;
+  void resize(const ModelConfig& c, int64_t t) {
+    if (t <= tokens) return;
+    tokens = t;
+    auto grow = [t](std::vector<float>& b, int64_t width) { b.resize(static_cast<size_t>(t * width)); };
+    grow(x, c.hidden_size);
+    grow(h, c.hidden_size);
+    grow(q, c.q_dim());
+    grow(k, c.kv_dim());
+    grow(v, c.kv_dim());
+    grow(attn, c.q_dim());
+    grow(gate, c.intermediate_size);
+    grow(up, c.intermediate_size);
+  }
+};
+
+std::span<const float> Logits::row(size_t w, int32_t i) const {
+  if (w >= rows_.size() || i < 0 || i >= rows_[w])
+    fail(ErrorCode::invalid_argument, "logits row {} of window {} was not computed", i, w);
+  return {data_.data() + (first_[w] + i) * vocab_, static_cast<size_t>(vocab_)};
+}
+
+Transformer::Transformer(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      rope_(config_.head_dim, config_.rope_theta, config_.max_position_embeddings),
+      scratch_(std::make_unique<Scratch>()) {}
+
+Transformer::~Transformer() = default;
+
+KvStoreConfig Transformer::kv_config(int32_t num_blocks, int32_t block_size) const {
+  KvStoreConfig c;
+  c.num_layers = config_.num_layers;
+  c.num_kv_heads = config_.num_kv_heads;
+  c.head_dim = config_.head_dim;
+  c.block_size = block_size;
+  c.num_blocks = num_blocks;
+  return c;
+}
+
+namespace {
+cpu::LinearTarget target(const MatrixWeight& w, const std::vector<float>& bias, float* y,
+                         int64_t ldy, bool accumulate = false) {
+  return {w.dtype, w.data, w.rows, bias.empty() ? nullptr : bias.data(), y, ldy, accumulate};
+}
+}  // namespace
+
+void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore& kv,
+                          KvWriteSink& sink, Logits& out) {
+  const ModelConfig& c = config_;
+  std::vector<int32_t> starts;
+  int64_t total = 0;
+  for (const ForwardWindow& w : windows) {
+    const int32_t start = kv.length(w.seq);
+    const int64_t n = static_cast<int64_t>(w.tokens.size());
+    if (n == 0) fail(ErrorCode::invalid_argument, "forward: empty window for sequence {}", w.seq);
+    if (kv.reserved(w.seq) < start + n)
+      fail(ErrorCode::invalid_argument,
+           "forward: sequence {} has {} positions reserved, the window needs {}", w.seq,
+           kv.reserved(w.seq), start + n);
+    if (start + n > c.max_position_embeddings)
+      fail(ErrorCode::out_of_capacity,
+           "forward: sequence {} would reach position {}, past the model's {} positions", w.seq,
+           start + n - 1, c.max_position_embeddings);
+    starts.push_back(start);
+    total += n;
+  }
+  Scratch& s = *scratch_;
+  s.resize(c, total);
+
+  int64_t row = 0;
+  for (const ForwardWindow& w : windows) {
+    cpu::embedding(weights_.embed_tokens.dtype, weights_.embed_tokens.data, c.vocab_size,
+                   c.hidden_size, w.tokens, s.x.data() + row * c.hidden_size, c.hidden_size);
+    row += static_cast<int64_t>(w.tokens.size());
+  }
+  for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, windows, starts, kv, sink);
+
+  // Final norm and LM head, only for the rows that need logits.
+  out.vocab_ = c.vocab_size;
+  out.first_.clear();
+  out.rows_.clear();
+  int64_t logit_rows = 0;
+  row = 0;
+  for (const ForwardWindow& w : windows) {
+    const int32_t n = static_cast<int32_t>(w.tokens.size());
+    const int32_t rows = w.logits == LogitsMode::all ? n : w.logits == LogitsMode::last ? 1 : 0;
+    out.first_.push_back(logit_rows);
+    out.rows_.push_back(rows);
+    // Gather the rows into h (contiguous), so the LM head runs once for the batch.
+    const int64_t first_row = row + n - rows;
+    for (int32_t i = 0; i < rows; ++i)
+      std::copy_n(s.x.data() + (first_row + i) * c.hidden_size, c.hidden_size,
+                  s.h.data() + (logit_rows + i) * c.hidden_size);
+    logit_rows += rows;
+    row += n;
+  }
+  if (logit_rows == 0) return;
+  cpu::rms_norm(s.h.data(), c.hidden_size, weights_.final_norm.data(), c.rms_norm_eps, logit_rows,
+                c.hidden_size, s.h.data(), c.hidden_size);
+  out.data_.resize(static_cast<size_t>(logit_rows * c.vocab_size));
+  const cpu::LinearTarget head = target(weights_.lm_head, {}, out.data_.data(), c.vocab_size);
+  cpu::linear(s.h.data(), logit_rows, c.hidden_size, c.hidden_size, {&head, 1});
+}
+
+void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> windows,
+                                std::span<const int32_t> starts, const KvStore& kv,
+                                KvWriteSink& sink) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  Scratch& s = *scratch_;
+  const int64_t hidden = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), inter = c.intermediate_size;
+  const int64_t total = [&] {
+    int64_t t = 0;
+    for (const ForwardWindow& fw : windows) t += static_cast<int64_t>(fw.tokens.size());
+    return t;
+  }();
+
+  // --- attention block ---
+  cpu::rms_norm(s.x.data(), hidden, w.input_norm.data(), c.rms_norm_eps, total, hidden, s.h.data(), hidden);
+  const cpu::LinearTarget qkv[] = {target(w.q_proj, w.q_bias, s.q.data(), qd),
+                                   target(w.k_proj, w.k_bias, s.k.data(), kvd),
+                                   target(w.v_proj, w.v_bias, s.v.data(), kvd)};
+  cpu::linear(s.h.data(), total, hidden, hidden, qkv);
+
+  // QK-norm (per head) and RoPE at each token's absolute position.
+  int64_t row = 0;
+  for (size_t wi = 0; wi < windows.size(); ++wi)
+    for (int32_t i = 0; i < static_cast<int32_t>(windows[wi].tokens.size()); ++i, ++row) {
+      float* qr = s.q.data() + row * qd;
+      float* kr = s.k.data() + row * kvd;
+      if (c.qk_norm) {
+        cpu::rms_norm(qr, c.head_dim, w.q_norm.data(), c.rms_norm_eps, c.num_heads, c.head_dim, qr, c.head_dim);
+        cpu::rms_norm(kr, c.head_dim, w.k_norm.data(), c.rms_norm_eps, c.num_kv_heads, c.head_dim, kr, c.head_dim);
+      }
+      cpu::apply_rope(rope_, starts[wi] + i, qr, c.num_heads);
+      cpu::apply_rope(rope_, starts[wi] + i, kr, c.num_kv_heads);
+    }
+
+  std::vector<WindowKvRows> kv_rows;
+  std::vector<cpu::AttentionWindow> attn;
+  row = 0;
+  const KvTensors& t = kv.tensors();
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const ForwardWindow& fw = windows[wi];
+    const int32_t n = static_cast<int32_t>(fw.tokens.size());
+    kv_rows.push_back({fw.seq, starts[wi], n, s.k.data() + row * kvd, s.v.data() + row * kvd, kvd});
+    cpu::PagedPrefix prefix{t.k(layer), t.v(layer), t.slot_stride(), kv.block_table(fw.seq).data(),
+                            kv.config().block_size, starts[wi]};
+    attn.push_back({prefix, s.q.data() + row * qd, s.k.data() + row * kvd, s.v.data() + row * kvd,
+                    qd, kvd, n, s.attn.data() + row * qd, qd});
+    row += n;
+  }
+  sink.write_layer(layer, kv_rows);
+  const cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
+                                  1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  cpu::attention(shape, attn);
+  // x += o_proj(attn): the residual add is fused into the projection.
+  const cpu::LinearTarget o = target(w.o_proj, w.o_bias, s.x.data(), hidden, true);
+  cpu::linear(s.attn.data(), total, qd, qd, {&o, 1});
+
+  // --- MLP block ---
+  cpu::rms_norm(s.x.data(), hidden, w.post_attention_norm.data(), c.rms_norm_eps, total, hidden,
+                s.h.data(), hidden);
+  const cpu::LinearTarget gate_up[] = {target(w.gate_proj, w.gate_bias, s.gate.data(), inter),
+                                       target(w.up_proj, w.up_bias, s.up.data(), inter)};
+  cpu::linear(s.h.data(), total, hidden, hidden, gate_up);
+  cpu::silu_gate(s.gate.data(), s.up.data(), s.gate.data(), total, inter, inter);
+  const cpu::LinearTarget down = target(w.down_proj, w.down_bias, s.x.data(), hidden, true);
+  cpu::linear(s.gate.data(), total, inter, inter, {&down, 1});
+}
+
+}  // namespace specpipe

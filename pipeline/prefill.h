@@ -1,0 +1,25 @@
+#pragma once
+/// Chunked prefill: runs a sequence's uncomputed prompt tokens through the model in
+/// windows of at most `chunk` tokens, committing each chunk to the KV store, and returns
+/// the logits of the last prompt token. Long prompts never need a [prompt x prompt]
+/// buffer, and because the forward is batch invariant the chunk size cannot change a
+/// single logit.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvstore/kv_store.h"
+#include "model/transformer.h"
+
+namespace specpipe {
+
+/// Prefills `tokens` (the prompt minus what is already committed in `seq`). Throws
+/// Error(out_of_capacity) before any work if the KV store cannot hold them.
+void prefill(Transformer& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
+             int32_t chunk, Logits& last_logits);
+
+/// Throws Error(out_of_capacity) with a clear message when `tokens` can never fit in the
+/// KV store or the model's positions, whatever else is running.
+void check_fits(const Transformer& model, const KvStore& kv, int64_t tokens);
+
+}  // namespace specpipe

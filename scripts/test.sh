@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds everything with warnings as errors and runs the test suites.
+#   scripts/test.sh              unit + golden suites (what CI runs)
+#   scripts/test.sh --slow       also the `slow` label
+#   scripts/test.sh --sanitize   the same suites under AddressSanitizer + UBSan
+# Labels: unit, golden, slow, cuda (tests/CMakeLists.txt).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=${SPECPIPE_JOBS:-$(nproc)}
+labels='unit|golden'
+build="$root/build-test"
+extra=()
+for arg in "$@"; do
+  case "$arg" in
+    --slow) labels='unit|golden|slow' ;;
+    --sanitize) build="$root/build-asan"; extra+=(-DSPECPIPE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECPIPE_BUILD_BENCH=OFF) ;;
+    *) echo "unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+
+"$root/scripts/install-deps.sh"
+cmake -S "$root" -B "$build" -DSPECPIPE_WERROR=ON "${extra[@]}" >/dev/null
+cmake --build "$build" -j"$jobs"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+cd "$build" && ctest -L "$labels" --output-on-failure -j"$jobs" --timeout 900
