@@ -7,7 +7,7 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
-#include "kernels/cpu/threading.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/load_model.h"
 #include "model/tokenizer/incremental_decoder.h"
 #include "model/tokenizer/tokenizer.h"

@@ -8,7 +8,7 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "kernels/cpu/threading.h"
+#include "kernels/cpu/thread_pool.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"specpipe: lossless speculative decoding engine"};

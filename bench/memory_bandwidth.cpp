@@ -1,9 +1,11 @@
 #include "bench/memory_bandwidth.h"
 
+#include "kernels/cpu/thread_pool.h"
+
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -17,11 +19,9 @@ double measure_read_bandwidth(size_t bytes, int repeats) {
   volatile float sink = 0;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      const size_t tid = static_cast<size_t>(omp_get_thread_num());
-      const size_t nt = static_cast<size_t>(omp_get_num_threads());
+    std::atomic<float> total{0};
+    cpu::parallel_region([&](int thread, int threads) {
+      const size_t tid = static_cast<size_t>(thread), nt = static_cast<size_t>(threads);
       const size_t begin = n * tid / nt / 32 * 32, end = tid + 1 == nt ? n : n * (tid + 1) / nt / 32 * 32;
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
       for (size_t i = begin; i + 32 <= end; i += 32) {
@@ -32,8 +32,10 @@ double measure_read_bandwidth(size_t bytes, int repeats) {
       }
       alignas(32) float lanes[8];
       _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-      for (float l : lanes) total += l;
-    }
+      float part = 0;
+      for (float l : lanes) part += l;
+      total.fetch_add(part);
+    });
     sink = total;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     rates.push_back(static_cast<double>(n * sizeof(float)) / s);

@@ -37,11 +37,20 @@ std::span<const float> Logits::row(size_t w, int32_t i) const {
   return {data_.data() + (first_[w] + i) * vocab_, static_cast<size_t>(vocab_)};
 }
 
+namespace {
+cpu::PackedMatrix pack(const MatrixWeight& w) { return {w.dtype, w.data, w.rows, w.cols}; }
+}  // namespace
+
 Transformer::Transformer(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
+      lm_head_(pack(weights_.lm_head)),
       rope_(config_.head_dim, config_.rope_theta, config_.max_position_embeddings),
-      scratch_(std::make_unique<Scratch>()) {}
+      scratch_(std::make_unique<Scratch>()) {
+  for (const LayerWeights& l : weights_.layers)
+    packed_.push_back({pack(l.q_proj), pack(l.k_proj), pack(l.v_proj), pack(l.o_proj),
+                       pack(l.gate_proj), pack(l.up_proj), pack(l.down_proj)});
+}
 
 Transformer::~Transformer() = default;
 
@@ -56,9 +65,9 @@ KvStoreConfig Transformer::kv_config(int32_t num_blocks, int32_t block_size) con
 }
 
 namespace {
-cpu::LinearTarget target(const MatrixWeight& w, const std::vector<float>& bias, float* y,
+cpu::LinearTarget target(const cpu::PackedMatrix& w, const std::vector<float>& bias, float* y,
                          int64_t ldy, bool accumulate = false) {
-  return {w.dtype, w.data, w.rows, bias.empty() ? nullptr : bias.data(), y, ldy, accumulate};
+  return {&w, bias.empty() ? nullptr : bias.data(), y, ldy, accumulate};
 }
 }  // namespace
 
@@ -116,7 +125,7 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   cpu::rms_norm(s.h.data(), c.hidden_size, weights_.final_norm.data(), c.rms_norm_eps, logit_rows,
                 c.hidden_size, s.h.data(), c.hidden_size);
   out.data_.resize(static_cast<size_t>(logit_rows * c.vocab_size));
-  const cpu::LinearTarget head = target(weights_.lm_head, {}, out.data_.data(), c.vocab_size);
+  const cpu::LinearTarget head = target(lm_head_, {}, out.data_.data(), c.vocab_size);
   cpu::linear(s.h.data(), logit_rows, c.hidden_size, c.hidden_size, {&head, 1});
 }
 
@@ -125,6 +134,7 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
                                 KvWriteSink& sink) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
   Scratch& s = *scratch_;
   const int64_t hidden = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), inter = c.intermediate_size;
   const int64_t total = [&] {
@@ -135,9 +145,9 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
 
   // --- attention block ---
   cpu::rms_norm(s.x.data(), hidden, w.input_norm.data(), c.rms_norm_eps, total, hidden, s.h.data(), hidden);
-  const cpu::LinearTarget qkv[] = {target(w.q_proj, w.q_bias, s.q.data(), qd),
-                                   target(w.k_proj, w.k_bias, s.k.data(), kvd),
-                                   target(w.v_proj, w.v_bias, s.v.data(), kvd)};
+  const cpu::LinearTarget qkv[] = {target(pw.q, w.q_bias, s.q.data(), qd),
+                                   target(pw.k, w.k_bias, s.k.data(), kvd),
+                                   target(pw.v, w.v_bias, s.v.data(), kvd)};
   cpu::linear(s.h.data(), total, hidden, hidden, qkv);
 
   // QK-norm (per head) and RoPE at each token's absolute position.
@@ -173,17 +183,17 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
                                   1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   cpu::attention(shape, attn);
   // x += o_proj(attn): the residual add is fused into the projection.
-  const cpu::LinearTarget o = target(w.o_proj, w.o_bias, s.x.data(), hidden, true);
+  const cpu::LinearTarget o = target(pw.o, w.o_bias, s.x.data(), hidden, true);
   cpu::linear(s.attn.data(), total, qd, qd, {&o, 1});
 
   // --- MLP block ---
   cpu::rms_norm(s.x.data(), hidden, w.post_attention_norm.data(), c.rms_norm_eps, total, hidden,
                 s.h.data(), hidden);
-  const cpu::LinearTarget gate_up[] = {target(w.gate_proj, w.gate_bias, s.gate.data(), inter),
-                                       target(w.up_proj, w.up_bias, s.up.data(), inter)};
+  const cpu::LinearTarget gate_up[] = {target(pw.gate, w.gate_bias, s.gate.data(), inter),
+                                       target(pw.up, w.up_bias, s.up.data(), inter)};
   cpu::linear(s.h.data(), total, hidden, hidden, gate_up);
   cpu::silu_gate(s.gate.data(), s.up.data(), s.gate.data(), total, inter, inter);
-  const cpu::LinearTarget down = target(w.down_proj, w.down_bias, s.x.data(), hidden, true);
+  const cpu::LinearTarget down = target(pw.down, w.down_bias, s.x.data(), hidden, true);
   cpu::linear(s.gate.data(), total, inter, inter, {&down, 1});
 }
 

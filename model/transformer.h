@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "kernels/cpu/packed_matrix.h"
 #include "kernels/cpu/rope.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/kv_write_sink.h"
@@ -68,8 +69,15 @@ class Transformer {
   void layer_forward(int32_t layer, std::span<const ForwardWindow> windows,
                      std::span<const int32_t> starts, const KvStore& kv, KvWriteSink& sink);
 
+  /// The layer matrices repacked for the CPU GEMM (kernels/cpu/packed_matrix.h).
+  struct PackedLayer {
+    cpu::PackedMatrix q, k, v, o, gate, up, down;
+  };
+
   ModelConfig config_;
   ModelWeights weights_;
+  std::vector<PackedLayer> packed_;
+  cpu::PackedMatrix lm_head_;
   cpu::RopeTable rope_;
   std::unique_ptr<Scratch> scratch_;
 };

@@ -1,14 +1,14 @@
 #include "kernels/cpu/attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace specpipe::cpu {
 namespace {
@@ -133,16 +133,19 @@ void attention(const AttentionShape& s, std::span<const AttentionWindow> windows
     first.push_back(total);
     total += int64_t{w.n} * s.num_kv_heads;
   }
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), total));
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : 1)
-  for (int64_t item = 0; item < total; ++item) {
+  // Items are claimed one at a time (their costs differ with position); which thread
+  // computes an item cannot change its result.
+  std::atomic<int64_t> next{0};
+  parallel_region([&](int, int) {
     thread_local std::vector<float> scratch;
-    const size_t wi =
-        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
-    const int64_t local = item - first[wi];
-    attend(s, windows[wi], static_cast<int32_t>(local / s.num_kv_heads),
-               static_cast<int32_t>(local % s.num_kv_heads), scratch);
-  }
+    for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < total;) {
+      const size_t wi =
+          static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
+      const int64_t local = item - first[wi];
+      attend(s, windows[wi], static_cast<int32_t>(local / s.num_kv_heads),
+             static_cast<int32_t>(local % s.num_kv_heads), scratch);
+    }
+  });
 }
 
 void attention_reference(const AttentionShape& s, const AttentionWindow& w) {

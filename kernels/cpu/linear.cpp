@@ -1,221 +1,186 @@
 #include "kernels/cpu/linear.h"
 
-#include <omp.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/simd.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace specpipe::cpu {
 namespace {
 
-// Columns per work item. A panel of 16 BF16 rows of k = 1024 is 32 KiB: it stays in L1/L2
-// while every row block of x passes over it.
-constexpr int64_t kPanel = 16;
-constexpr int64_t kChunk = 16;  // k elements per step of the micro-kernel
-
-// Weight loaders: 16 consecutive weights of a row as two float32 vectors (a, b), and
-// the order the matching 16 inputs must be in (see permute_input).
+// Weight loaders: the 8 outputs' weights at k = 2i and 2i + 1 from a packed panel
+// (layouts in packed_matrix.h). `kPairBytes` is the distance between consecutive i.
 struct LoadF32 {
-  using W = float;
-  static constexpr bool kInterleaved = false;  // a = w[0..8), b = w[8..16)
-  static void load(const float* p, __m256& a, __m256& b) {
-    a = _mm256_loadu_ps(p);
-    b = _mm256_loadu_ps(p + 8);
+  static constexpr int64_t kPairBytes = 2 * kPanelOutputs * 4;
+  static void load(const std::byte* p, __m256& a, __m256& b) {
+    a = _mm256_load_ps(reinterpret_cast<const float*>(p));
+    b = _mm256_load_ps(reinterpret_cast<const float*>(p) + 8);
   }
 };
 struct LoadF16 {
-  using W = uint16_t;
-  static constexpr bool kInterleaved = false;
-  static void load(const uint16_t* p, __m256& a, __m256& b) {
-    a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  static constexpr int64_t kPairBytes = 2 * kPanelOutputs * 2;
+  static void load(const std::byte* p, __m256& a, __m256& b) {
+    a = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+    b = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p) + 1));
   }
 };
-// BF16 is the high half of a float32, so two integer ops widen 16 values without any
-// shuffle: shifting each 32-bit lane left by 16 yields the even elements, masking its
-// low half the odd ones. The inputs are stored even/odd to match.
+// A BF16 value is the high half of its float32: shifting each 32-bit lane (w[2i],
+// w[2i+1]) left by 16 gives w[2i], masking its low half gives w[2i+1]. Two integer ops
+// per 16 weights, no shuffle.
 struct LoadBf16 {
-  using W = uint16_t;
-  static constexpr bool kInterleaved = true;  // a = w[0, 2, .., 14], b = w[1, 3, .., 15]
-  static void load(const uint16_t* p, __m256& a, __m256& b) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  static constexpr int64_t kPairBytes = 2 * kPanelOutputs * 2;
+  static void load(const std::byte* p, __m256& a, __m256& b) {
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
     a = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     b = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
   }
 };
 
-/// The micro-kernel: MR rows of x times NR weight rows. Every output owns one 8-lane
-/// accumulator and receives, per chunk of 16 inputs, fma(a-part) then fma(b-part): its
-/// arithmetic is the same whatever MR, NR, the panel or the thread (batch invariance).
-/// `prefetch`, if set, is the same tile one panel further on.
-template <int MR, int NR, typename Load>
-inline void tile(const float* x, int64_t ldx, const typename Load::W* w, int64_t ldw, int64_t k,
-                 const float* bias, float* y, int64_t ldy, bool accumulate,
-                 const typename Load::W* prefetch) {
-  constexpr int64_t kStepsPerLine = 64 / (kChunk * static_cast<int64_t>(sizeof(typename Load::W)));
-  __m256 acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
-  for (int64_t kk = 0; kk < k; kk += kChunk) {
-    // Each weight row of a tile is only a few cache lines long, too short for the
-    // hardware prefetcher to lock on; fetching the next panel's lines keeps DRAM busy.
-    if (prefetch && (kk / kChunk) % kStepsPerLine == 0)
-      for (int j = 0; j < NR; ++j)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + j * ldw + kk), _MM_HINT_T0);
-    // Column by column: only one converted weight pair is live at a time, and the
-    // inputs come straight from L1 as FMA memory operands.
-    for (int j = 0; j < NR; ++j) {
-      __m256 wa, wb;
-      Load::load(w + j * ldw + kk, wa, wb);
-      for (int i = 0; i < MR; ++i) {
-        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + kk), wa, acc[i][j]);
-        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + kk + 8), wb, acc[i][j]);
-      }
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) {
-      float v = simd::hsum(acc[i][j]);
-      if (bias) v = v + bias[j];
-      float* out = y + i * ldy + j;
-      *out = accumulate ? *out + v : v;
-    }
-}
-
-// Runs a fixed-shape tile over nr <= NR columns (the panel's ragged end).
-template <int MR, int NR, typename Load>
-inline void tile_cols(const float* x, int64_t ldx, const typename Load::W* w, int64_t ldw,
-                      int64_t k, const float* bias, float* y, int64_t ldy, bool acc, int64_t nr,
-                      const typename Load::W* prefetch) {
-  if constexpr (NR > 1) {
-    if (nr < NR) return tile_cols<MR, NR - 1, Load>(x, ldx, w, ldw, k, bias, y, ldy, acc, nr, prefetch);
-  }
-  tile<MR, NR, Load>(x, ldx, w, ldw, k, bias, y, ldy, acc, prefetch);
-}
-
-// Tile shapes by rows: up to 12 accumulators, which leaves registers for one converted
-// weight pair, and at least 8 independent FMA chains to cover the FMA latency.
-template <int MR>
-constexpr int kCols = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : 3;
-
-template <int MR, typename Load>
-void row_block(const float* x, int64_t ldx, const typename Load::W* w, int64_t ldw, int64_t k,
-               const float* bias, float* y, int64_t ldy, bool acc, int64_t nc, bool prefetch) {
-  constexpr int NR = kCols<MR>;
-  for (int64_t j = 0; j < nc; j += NR)
-    tile_cols<MR, NR, Load>(x, ldx, w + j * ldw, ldw, k, bias ? bias + j : nullptr, y + j, ldy,
-                            acc, std::min<int64_t>(NR, nc - j),
-                            prefetch ? w + (j + kPanel) * ldw : nullptr);
-}
-
-/// All m rows of x against the nc (<= kPanel) weight rows of one panel, in as few row
-/// blocks of at most 4 as possible, of near-equal size (9 = 3 + 3 + 3: single-row blocks
-/// are the least efficient). Only the first block prefetches; later ones find the panel
-/// in cache.
-template <typename Load>
-void panel(const float* x, int64_t m, int64_t ldx, const typename Load::W* w, int64_t k,
-           const float* bias, float* y, int64_t ldy, bool acc, int64_t nc) {
-  const int64_t blocks = (m + 3) / 4;
-  for (int64_t b = 0, i = 0; b < blocks; ++b) {
-    const int64_t rows = (m - i) / (blocks - b);
-    const float* xi = x + i * ldx;
-    float* yi = y + i * ldy;
-    const bool first = i == 0;
-    switch (rows) {
-      case 4: row_block<4, Load>(xi, ldx, w, k, k, bias, yi, ldy, acc, nc, first); break;
-      case 3: row_block<3, Load>(xi, ldx, w, k, k, bias, yi, ldy, acc, nc, first); break;
-      case 2: row_block<2, Load>(xi, ldx, w, k, k, bias, yi, ldy, acc, nc, first); break;
-      default: row_block<1, Load>(xi, ldx, w, k, k, bias, yi, ldy, acc, nc, first); break;
-    }
-    i += rows;
-  }
-}
-
-struct WorkItem {
-  const LinearTarget* target;
-  int64_t col0, cols;
+struct Panels {
+  const std::byte* first;  // panel of the tile's first 8 outputs
+  size_t stride;           // bytes from one panel to the next
 };
 
-/// x as the BF16 kernel wants it: each chunk of 16 inputs stored as its 8 even elements
-/// then its 8 odd ones.
-void permute_input(const float* x, int64_t m, int64_t k, int64_t ldx, std::vector<float>& out) {
-  out.resize(static_cast<size_t>(m * k));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t kk = 0; kk < k; kk += kChunk)
-      for (int64_t l = 0; l < 8; ++l) {
-        out[static_cast<size_t>(i * k + kk + l)] = x[i * ldx + kk + 2 * l];
-        out[static_cast<size_t>(i * k + kk + 8 + l)] = x[i * ldx + kk + 2 * l + 1];
+/// The micro-kernel: MR rows of x against NV panels (8 NV outputs). Each accumulator
+/// lane is one output's FMA chain over k = 0, 1, 2, ...: nothing in its arithmetic
+/// depends on MR or NV (batch invariance).
+template <int MR, int NV, typename Load>
+inline void tile(const float* x, int64_t ldx, Panels w, int64_t k, const float* bias, float* y,
+                 int64_t ldy, bool accumulate, int64_t valid) {
+  __m256 acc[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k / 2; ++i) {
+    __m256 xa[MR], xb[MR];
+    for (int r = 0; r < MR; ++r) {
+      xa[r] = _mm256_broadcast_ss(x + r * ldx + 2 * i);
+      xb[r] = _mm256_broadcast_ss(x + r * ldx + 2 * i + 1);
+    }
+    for (int v = 0; v < NV; ++v) {
+      __m256 wa, wb;
+      Load::load(w.first + v * w.stride + i * Load::kPairBytes, wa, wb);
+      for (int r = 0; r < MR; ++r) {
+        acc[r][v] = _mm256_fmadd_ps(xa[r], wa, acc[r][v]);
+        acc[r][v] = _mm256_fmadd_ps(xb[r], wb, acc[r][v]);
       }
+    }
+  }
+  // Epilogue. The accumulators are only ever indexed by constants, so they stay in
+  // registers through the loop above.
+  if (valid >= NV * kPanelOutputs) {
+    for (int r = 0; r < MR; ++r)
+      for (int v = 0; v < NV; ++v) {
+        __m256 out = acc[r][v];
+        float* dst = y + r * ldy + v * kPanelOutputs;
+        if (bias) out = _mm256_add_ps(out, _mm256_loadu_ps(bias + v * kPanelOutputs));
+        if (accumulate) out = _mm256_add_ps(_mm256_loadu_ps(dst), out);
+        _mm256_storeu_ps(dst, out);
+      }
+    return;
+  }
+  alignas(32) float lanes[MR][NV * kPanelOutputs];  // the matrix's last, partial panel
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) _mm256_store_ps(&lanes[r][v * kPanelOutputs], acc[r][v]);
+  for (int r = 0; r < MR; ++r)
+    for (int64_t o = 0; o < valid; ++o) {
+      float value = lanes[r][o];
+      if (bias) value = value + bias[o];
+      float* dst = y + r * ldy + o;
+      *dst = accumulate ? *dst + value : value;
+    }
 }
 
-void run_item(const WorkItem& item, const float* x, const float* x_even_odd, int64_t m, int64_t k,
-              int64_t ldx) {
-  const LinearTarget& t = *item.target;
-  const float* bias = t.bias ? t.bias + item.col0 : nullptr;
-  float* y = t.y + item.col0;
-  switch (t.dtype) {
-    case DType::f32:
-      return panel<LoadF32>(x, m, ldx, static_cast<const float*>(t.weight) + item.col0 * k, k,
-                            bias, y, t.ldy, t.accumulate, item.cols);
-    case DType::f16:
-      return panel<LoadF16>(x, m, ldx, static_cast<const uint16_t*>(t.weight) + item.col0 * k, k,
-                            bias, y, t.ldy, t.accumulate, item.cols);
-    default:
-      return panel<LoadBf16>(x_even_odd, m, k, static_cast<const uint16_t*>(t.weight) + item.col0 * k,
-                             k, bias, y, t.ldy, t.accumulate, item.cols);
+// Panels per tile by rows: accumulators + broadcast inputs + one converted weight pair
+// fit the 16 AVX2 registers, with at least 8 independent FMA chains.
+template <int MR>
+constexpr int kPanelsPerTile = MR == 1 ? 8 : MR == 2 ? 4 : 2;
+
+template <int MR, int NV, typename Load>
+inline void tile_panels(const float* x, int64_t ldx, Panels w, int64_t k, const float* bias,
+                        float* y, int64_t ldy, bool acc, int64_t panels, int64_t valid) {
+  if constexpr (NV > 1) {
+    if (panels < NV) return tile_panels<MR, NV - 1, Load>(x, ldx, w, k, bias, y, ldy, acc, panels, valid);
+  }
+  tile<MR, NV, Load>(x, ldx, w, k, bias, y, ldy, acc, valid);
+}
+
+/// Rows [0, mr) of x (mr = MR) against panels [p0, p1) of one matrix.
+template <int MR, typename Load>
+void row_block(const float* x, int64_t ldx, const PackedMatrix& w, int64_t p0, int64_t p1,
+               const float* bias, float* y, int64_t ldy, bool acc) {
+  constexpr int NV = kPanelsPerTile<MR>;
+  for (int64_t p = p0; p < p1; p += NV) {
+    const int64_t panels = std::min<int64_t>(NV, p1 - p);
+    const int64_t o = p * kPanelOutputs;
+    tile_panels<MR, NV, Load>(x, ldx, {w.panel(p), w.panel_bytes()}, w.k(), bias ? bias + o : nullptr,
+                              y + o, ldy, acc, panels, w.n() - o);
+  }
+}
+
+/// Every row of x against panels [p0, p1) of one target: column chunks of up to 8
+/// panels (at most 128 KiB of BF16 weights, kept in L2 while every row block passes).
+/// Rows go in blocks of 2 (the most efficient tile, 2 x 4 panels), with one block of 3
+/// when m is odd: 1, 2, 3, 2+2, 3+2, 2+2+2, ...
+template <typename Load>
+void target_range(const float* x, int64_t m, int64_t ldx, const LinearTarget& t, int64_t p0, int64_t p1) {
+  for (int64_t c = p0; c < p1; c += 8) {
+    const int64_t c1 = std::min(p1, c + 8);
+    for (int64_t i = 0; i < m;) {
+      const int64_t rows = m - i == 1 ? 1 : (m - i) % 2 == 1 ? 3 : 2;
+      const float* xi = x + i * ldx;
+      float* yi = t.y + i * t.ldy;
+      switch (rows) {
+        case 3: row_block<3, Load>(xi, ldx, *t.weight, c, c1, t.bias, yi, t.ldy, t.accumulate); break;
+        case 2: row_block<2, Load>(xi, ldx, *t.weight, c, c1, t.bias, yi, t.ldy, t.accumulate); break;
+        default: row_block<1, Load>(xi, ldx, *t.weight, c, c1, t.bias, yi, t.ldy, t.accumulate); break;
+      }
+      i += rows;
+    }
+  }
+}
+
+void run_range(const float* x, int64_t m, int64_t ldx, const LinearTarget& t, int64_t p0, int64_t p1) {
+  switch (t.weight->dtype()) {
+    case DType::f32: return target_range<LoadF32>(x, m, ldx, t, p0, p1);
+    case DType::f16: return target_range<LoadF16>(x, m, ldx, t, p0, p1);
+    default: return target_range<LoadBf16>(x, m, ldx, t, p0, p1);
   }
 }
 
 }  // namespace
 
 void linear(const float* x, int64_t m, int64_t k, int64_t ldx, std::span<const LinearTarget> targets) {
-  if (k % kChunk != 0) fail(ErrorCode::unsupported, "linear: k = {} is not a multiple of 16", k);
-  if (m == 0) return;
-  std::vector<WorkItem> items;
-  bool any_bf16 = false;
+  int64_t total = 0;  // panels of all targets, numbered consecutively
   for (const LinearTarget& t : targets) {
-    if (t.dtype != DType::f32 && t.dtype != DType::bf16 && t.dtype != DType::f16)
-      fail(ErrorCode::unsupported, "linear: weight dtype {} not supported", dtype_name(t.dtype));
-    any_bf16 |= t.dtype == DType::bf16;
-    for (int64_t c = 0; c < t.n; c += kPanel) items.push_back({&t, c, std::min(kPanel, t.n - c)});
+    if (t.weight->k() != k)
+      fail(ErrorCode::invalid_argument, "linear: weight has k = {}, the input {}", t.weight->k(), k);
+    total += t.weight->panels();
   }
-  thread_local std::vector<float> x_even_odd;
-  if (any_bf16) permute_input(x, m, k, ldx, x_even_odd);
-  const float* xp = x_even_odd.data();
-  const int64_t count = static_cast<int64_t>(items.size());
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), count));
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t tid = omp_get_thread_num(), nt = omp_get_num_threads();
-    // Contiguous ranges: each thread streams its share of the weights front to back.
-    for (int64_t i = count * tid / nt; i < count * (tid + 1) / nt; ++i)
-      run_item(items[static_cast<size_t>(i)], x, xp, m, k, ldx);
-  }
+  if (m == 0 || total == 0) return;
+  // Each thread takes one contiguous range of panels and streams it front to back.
+  parallel_for(total, [&](int64_t begin, int64_t end) {
+    int64_t first = 0;
+    for (const LinearTarget& t : targets) {
+      const int64_t p0 = std::max(begin, first) - first, p1 = std::min(end, first + t.weight->panels()) - first;
+      if (p0 < p1) run_range(x, m, ldx, t, p0, p1);
+      first += t.weight->panels();
+    }
+  });
 }
 
 void linear_reference(const float* x, int64_t m, int64_t k, int64_t ldx, const LinearTarget& t) {
-  auto weight = [&](int64_t j, int64_t kk) {
-    if (t.dtype == DType::f32) return static_cast<const float*>(t.weight)[j * k + kk];
-    const uint16_t bits = static_cast<const uint16_t*>(t.weight)[j * k + kk];
-    return t.dtype == DType::bf16 ? bf16_to_f32(bits) : f16_to_f32(bits);
-  };
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < t.n; ++j) {
-      float lanes[8] = {};
-      for (int64_t kk = 0; kk < k; kk += kChunk)
-        for (int part = 0; part < 2; ++part)  // the a-part of every lane, then the b-part
-          for (int64_t l = 0; l < 8; ++l) {
-            const int64_t e = t.dtype == DType::bf16 ? kk + 2 * l + part : kk + 8 * part + l;
-            lanes[l] = std::fma(x[i * ldx + e], weight(j, e), lanes[l]);
-          }
-      float s = simd::hsum(_mm256_loadu_ps(lanes));
-      if (t.bias) s = s + t.bias[j];
+    for (int64_t j = 0; j < t.weight->n(); ++j) {
+      float acc = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk) acc = std::fma(x[i * ldx + kk], t.weight->at(j, kk), acc);
+      if (t.bias) acc = acc + t.bias[j];
       float* out = t.y + i * t.ldy + j;
-      *out = t.accumulate ? *out + s : s;
+      *out = t.accumulate ? *out + acc : acc;
     }
 }
 

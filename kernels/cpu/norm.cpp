@@ -4,15 +4,15 @@
 
 #include "core/error.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace specpipe::cpu {
 
 void rms_norm(const float* x, int64_t ldx, const float* weight, float eps, int64_t rows,
               int64_t dim, float* y, int64_t ldy) {
   if (dim % 8 != 0) fail(ErrorCode::unsupported, "rms_norm: dim = {} is not a multiple of 8", dim);
-  // Rows are independent; a parallel region only pays off for prefill-sized batches.
-#pragma omp parallel for if (rows >= 32) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
+  auto norm_rows = [&](int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
     const float* xr = x + r * ldx;
     float* yr = y + r * ldy;
     __m256 acc = _mm256_setzero_ps();
@@ -27,6 +27,10 @@ void rms_norm(const float* x, int64_t ldx, const float* weight, float eps, int64
       _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_loadu_ps(weight + i), v));
     }
   }
+  };
+  // Rows are independent; a parallel region only pays off for prefill-sized batches.
+  if (rows >= 32) parallel_for(rows, norm_rows);
+  else norm_rows(0, rows);
 }
 
 }  // namespace specpipe::cpu

@@ -7,27 +7,21 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "kernels/cpu/threading.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace specpipe::cpu {
 namespace {
 
-struct Weights {
-  DType dtype;
+PackedMatrix random_weights(DType dtype, int64_t n, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 0.5f);
   std::vector<float> f32;
   std::vector<uint16_t> half;
-  const void* data() const { return dtype == DType::f32 ? static_cast<const void*>(f32.data()) : half.data(); }
-};
-
-Weights random_weights(DType dtype, int64_t n, int64_t k, std::mt19937& rng) {
-  std::normal_distribution<float> dist(0.0f, 0.5f);
-  Weights w{dtype, {}, {}};
   for (int64_t i = 0; i < n * k; ++i) {
     float v = dist(rng);
-    if (dtype == DType::f32) w.f32.push_back(v);
-    else w.half.push_back(dtype == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v));
+    if (dtype == DType::f32) f32.push_back(v);
+    else half.push_back(dtype == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v));
   }
-  return w;
+  return {dtype, dtype == DType::f32 ? static_cast<const void*>(f32.data()) : half.data(), n, k};
 }
 
 std::vector<float> random_vector(size_t n, std::mt19937& rng) {
@@ -44,13 +38,13 @@ class LinearTest : public ::testing::TestWithParam<DType> {};
 TEST_P(LinearTest, MatchesReferenceBitwiseForManyShapes) {
   std::mt19937 rng(7);
   for (int64_t m : {1, 2, 3, 4, 5, 7, 9, 17}) {
-    for (int64_t n : {1, 5, 16, 37, 96}) {
-      const int64_t k = 16 * (1 + (m * n) % 9);
-      Weights w = random_weights(GetParam(), n, k, rng);
+    for (int64_t n : {1, 5, 8, 16, 37, 96, 200}) {
+      const int64_t k = 2 * (1 + (m * n) % 97);
+      PackedMatrix w = random_weights(GetParam(), n, k, rng);
       std::vector<float> x = random_vector(static_cast<size_t>(m * k), rng);
       std::vector<float> bias = random_vector(static_cast<size_t>(n), rng);
       std::vector<float> got(static_cast<size_t>(m * n)), want(got.size());
-      LinearTarget t{GetParam(), w.data(), n, bias.data(), got.data(), n, false};
+      LinearTarget t{&w, bias.data(), got.data(), n, false};
       linear(x.data(), m, k, k, {&t, 1});
       t.y = want.data();
       linear_reference(x.data(), m, k, k, t);
@@ -62,14 +56,14 @@ TEST_P(LinearTest, MatchesReferenceBitwiseForManyShapes) {
 TEST_P(LinearTest, RowResultIndependentOfBatchAndThreads) {
   std::mt19937 rng(11);
   const int64_t n = 200, k = 384;
-  Weights w = random_weights(GetParam(), n, k, rng);
+  PackedMatrix w = random_weights(GetParam(), n, k, rng);
   std::vector<float> rows = random_vector(static_cast<size_t>(9 * k), rng);
   // Row 0 computed alone, with one thread.
   set_num_threads(1);
   std::vector<float> alone(static_cast<size_t>(n));
-  LinearTarget t{GetParam(), w.data(), n, nullptr, alone.data(), n, false};
+  LinearTarget t{&w, nullptr, alone.data(), n, false};
   linear(rows.data(), 1, k, k, {&t, 1});
-  set_num_threads(0);
+  set_num_threads(2);
   for (int64_t m = 1; m <= 9; ++m) {
     std::vector<float> batch(static_cast<size_t>(m * n));
     t.y = batch.data();
@@ -81,12 +75,11 @@ TEST_P(LinearTest, RowResultIndependentOfBatchAndThreads) {
 TEST_P(LinearTest, SeveralTargetsAndAccumulate) {
   std::mt19937 rng(3);
   const int64_t m = 3, k = 64;
-  Weights a = random_weights(GetParam(), 24, k, rng), b = random_weights(GetParam(), 40, k, rng);
+  PackedMatrix a = random_weights(GetParam(), 24, k, rng), b = random_weights(GetParam(), 37, k, rng);
   std::vector<float> x = random_vector(static_cast<size_t>(m * k), rng);
-  std::vector<float> ya(static_cast<size_t>(m * 24)), yb = random_vector(static_cast<size_t>(m * 40), rng);
+  std::vector<float> ya(static_cast<size_t>(m * 24)), yb = random_vector(static_cast<size_t>(m * 37), rng);
   std::vector<float> ra(ya.size()), rb = yb;
-  LinearTarget targets[] = {{GetParam(), a.data(), 24, nullptr, ya.data(), 24, false},
-                            {GetParam(), b.data(), 40, nullptr, yb.data(), 40, true}};
+  LinearTarget targets[] = {{&a, nullptr, ya.data(), 24, false}, {&b, nullptr, yb.data(), 37, true}};
   linear(x.data(), m, k, k, targets);
   LinearTarget ta = targets[0], tb = targets[1];
   ta.y = ra.data();
@@ -100,10 +93,28 @@ TEST_P(LinearTest, SeveralTargetsAndAccumulate) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, LinearTest, ::testing::Values(DType::f32, DType::bf16, DType::f16),
                          [](const ::testing::TestParamInfo<DType>& p) { return std::string(dtype_name(p.param)); });
 
-TEST(Linear, RejectsKNotMultipleOf8) {
+TEST(Linear, RejectsMismatchedK) {
   std::vector<float> x(12), w(12), y(1);
-  LinearTarget t{DType::f32, w.data(), 1, nullptr, y.data(), 1, false};
-  EXPECT_THROW(linear(x.data(), 1, 12, 12, {&t, 1}), std::exception);
+  PackedMatrix p(DType::f32, w.data(), 1, 12);
+  LinearTarget t{&p, nullptr, y.data(), 1, false};
+  EXPECT_THROW(linear(x.data(), 1, 10, 12, {&t, 1}), std::exception);
+}
+
+TEST(PackedMatrix, RoundTripsEveryElementAndRejectsOddK) {
+  std::mt19937 rng(5);
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    std::vector<float> f32;
+    std::vector<uint16_t> half;
+    for (int i = 0; i < 13 * 6; ++i) {
+      f32.push_back(static_cast<float>(i) * 0.25f);
+      half.push_back(t == DType::bf16 ? f32_to_bf16(f32.back()) : f32_to_f16(f32.back()));
+    }
+    PackedMatrix p(t, t == DType::f32 ? static_cast<const void*>(f32.data()) : half.data(), 13, 6);
+    for (int r = 0; r < 13; ++r)
+      for (int c = 0; c < 6; ++c) ASSERT_EQ(p.at(r, c), f32[static_cast<size_t>(r * 6 + c)]);
+  }
+  std::vector<float> w(9);
+  EXPECT_THROW(PackedMatrix(DType::f32, w.data(), 3, 3), std::exception);
 }
 
 }  // namespace
