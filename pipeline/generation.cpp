@@ -6,7 +6,10 @@ const char* to_string(FinishReason reason) {
   switch (reason) {
     case FinishReason::length: return "length";
     case FinishReason::eos: return "eos";
+    case FinishReason::stop: return "stop";
     case FinishReason::context: return "context";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
   }
   return "?";
 }

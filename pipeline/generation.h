@@ -16,7 +16,8 @@ struct GenerationParams {
   std::vector<int32_t> eos_ids;  ///< empty: the model's EOS ids
 };
 
-enum class FinishReason { length, eos, context };  ///< context: hit max positions
+/// Why a request ended. context: it reached the model's max positions.
+enum class FinishReason { length, eos, stop, context, cancelled, error };
 const char* to_string(FinishReason reason);
 
 struct GenerationResult {
