@@ -20,11 +20,11 @@ double measure_read_bandwidth(size_t bytes, int repeats) {
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     std::atomic<float> total{0};
-    cpu::parallel_region([&](int thread, int threads) {
-      const size_t tid = static_cast<size_t>(thread), nt = static_cast<size_t>(threads);
-      const size_t begin = n * tid / nt / 32 * 32, end = tid + 1 == nt ? n : n * (tid + 1) / nt / 32 * 32;
+    constexpr int64_t kChunk = 1 << 18;  // floats: 1 MiB per claim
+    const int64_t chunks = static_cast<int64_t>(n) / kChunk;
+    cpu::parallel_for(chunks, 1, [&](int64_t begin, int64_t end) {
       __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (size_t i = begin; i + 32 <= end; i += 32) {
+      for (size_t i = static_cast<size_t>(begin * kChunk); i < static_cast<size_t>(end * kChunk); i += 32) {
         a0 = _mm256_add_ps(a0, _mm256_loadu_ps(&data[i]));
         a1 = _mm256_add_ps(a1, _mm256_loadu_ps(&data[i + 8]));
         a2 = _mm256_add_ps(a2, _mm256_loadu_ps(&data[i + 16]));
@@ -38,7 +38,7 @@ double measure_read_bandwidth(size_t bytes, int repeats) {
     });
     sink = total;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back(static_cast<double>(n * sizeof(float)) / s);
+    rates.push_back(static_cast<double>(static_cast<size_t>(chunks * kChunk) * sizeof(float)) / s);
   }
   (void)sink;
   std::sort(rates.begin(), rates.end());

@@ -20,7 +20,7 @@ void silu_gate(const float* gate, const float* up, float* out, int64_t rows, int
       _mm256_storeu_ps(out + o, _mm256_mul_ps(silu, _mm256_loadu_ps(up + o)));
     }
   };
-  if (rows >= 32) parallel_for(rows, rows_range);
+  if (rows >= 32) parallel_for(rows, default_grain(rows), rows_range);
   else rows_range(0, rows);
 }
 

@@ -1,7 +1,6 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -135,10 +134,9 @@ void attention(const AttentionShape& s, std::span<const AttentionWindow> windows
   }
   // Items are claimed one at a time (their costs differ with position); which thread
   // computes an item cannot change its result.
-  std::atomic<int64_t> next{0};
-  parallel_region([&](int, int) {
+  parallel_for(total, 1, [&](int64_t begin, int64_t end) {
     thread_local std::vector<float> scratch;
-    for (int64_t item; (item = next.fetch_add(1, std::memory_order_relaxed)) < total;) {
+    for (int64_t item = begin; item < end; ++item) {
       const size_t wi =
           static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
       const int64_t local = item - first[wi];

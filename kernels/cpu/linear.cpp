@@ -162,8 +162,8 @@ void linear(const float* x, int64_t m, int64_t k, int64_t ldx, std::span<const L
     total += t.weight->panels();
   }
   if (m == 0 || total == 0) return;
-  // Each thread takes one contiguous range of panels and streams it front to back.
-  parallel_for(total, [&](int64_t begin, int64_t end) {
+  // Chunks of consecutive panels: whoever claims one streams it front to back.
+  parallel_for(total, default_grain(total), [&](int64_t begin, int64_t end) {
     int64_t first = 0;
     for (const LinearTarget& t : targets) {
       const int64_t p0 = std::max(begin, first) - first, p1 = std::min(end, first + t.weight->panels()) - first;

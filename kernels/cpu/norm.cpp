@@ -29,7 +29,7 @@ void rms_norm(const float* x, int64_t ldx, const float* weight, float eps, int64
   }
   };
   // Rows are independent; a parallel region only pays off for prefill-sized batches.
-  if (rows >= 32) parallel_for(rows, norm_rows);
+  if (rows >= 32) parallel_for(rows, default_grain(rows), norm_rows);
   else norm_rows(0, rows);
 }
 

@@ -1,6 +1,7 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <immintrin.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -12,6 +13,13 @@ namespace specpipe::cpu {
 namespace {
 
 thread_local bool t_in_region = false;
+
+/// One step of a spin-wait: mostly a pause, every 64 steps a yield, so a spinning thread
+/// never holds a core that the thread it waits for is queued on.
+inline void relax(unsigned spin) {
+  if (spin % 64 == 63) sched_yield();
+  else _mm_pause();
+}
 
 class ThreadPool {
  public:
@@ -26,38 +34,38 @@ class ThreadPool {
     start(threads);
   }
 
-  void run(detail::RegionFn fn, void* ctx) {
-    if (t_in_region || workers_.empty()) {  // nested, or single-threaded
-      fn(ctx, 0, 1);
-      return;
-    }
+  void run(int64_t count, int64_t grain, detail::ChunkFn fn, void* ctx) {
+    if (t_in_region || workers_.empty()) return fn(ctx, 0, count);
     std::lock_guard lock(region_mutex_);  // regions of different callers never interleave
-    const int n = threads();
     fn_ = fn;
     ctx_ = ctx;
-    pending_.store(n - 1, std::memory_order_relaxed);
+    count_ = count;
+    grain_ = grain;
+    next_.store(0, std::memory_order_relaxed);
+    open_.store(true, std::memory_order_release);
     epoch_.fetch_add(1, std::memory_order_release);
     epoch_.notify_all();
-    // Kernels validate before their region and never throw inside one; the guard only
-    // keeps the pool consistent if that contract is ever broken on this thread.
-    struct Join {
-      ThreadPool& pool;
-      ~Join() {
-        t_in_region = false;
-        while (pool.pending_.load(std::memory_order_acquire) != 0) _mm_pause();
-      }
-    } join{*this};
     t_in_region = true;
-    fn(ctx, 0, n);
+    claim_chunks();
+    t_in_region = false;
+    // Close the region, then wait only for workers that joined it; a worker that arrives
+    // later sees it closed and leaves without touching fn_.
+    open_.store(false, std::memory_order_release);
+    for (unsigned spin = 0; joined_.load(std::memory_order_acquire) != 0; ++spin) relax(spin);
   }
 
  private:
+  void claim_chunks() {
+    for (int64_t begin; (begin = next_.fetch_add(grain_, std::memory_order_relaxed)) < count_;)
+      fn_(ctx_, begin, std::min(begin + grain_, count_));
+  }
+
   void start(int threads) {
     stopping_ = false;
     // Workers start from the current epoch, read here: a worker that read it itself
     // could start after the first region was published and miss it.
     const uint64_t epoch = epoch_.load(std::memory_order_acquire);
-    for (int t = 1; t < threads; ++t) workers_.emplace_back([this, t, epoch] { work(t, epoch); });
+    for (int t = 1; t < threads; ++t) workers_.emplace_back([this, epoch] { work(epoch); });
   }
 
   void stop() {
@@ -68,32 +76,36 @@ class ThreadPool {
     workers_.clear();
   }
 
-  void work(int thread, uint64_t seen) {
+  void work(uint64_t seen) {
     t_in_region = true;
     for (;;) {
-      // Spin a little (the next kernel of a forward follows within microseconds), then
-      // sleep until the epoch moves.
+      // Spin a little (a forward's next kernel follows within microseconds), then sleep
+      // until the epoch moves.
       uint64_t now = seen;
-      for (int spin = 0; spin < 20000 && (now = epoch_.load(std::memory_order_acquire)) == seen; ++spin)
-        _mm_pause();
+      for (unsigned spin = 0; spin < 4096 && (now = epoch_.load(std::memory_order_acquire)) == seen; ++spin)
+        relax(spin);
       if (now == seen) {
         epoch_.wait(seen, std::memory_order_acquire);
         now = epoch_.load(std::memory_order_acquire);
       }
       seen = now;
       if (stopping_) return;
-      fn_(ctx_, thread, threads());
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      joined_.fetch_add(1, std::memory_order_acq_rel);
+      if (open_.load(std::memory_order_acquire)) claim_chunks();
+      joined_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex region_mutex_;
   std::atomic<uint64_t> epoch_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<bool> open_{false};
+  std::atomic<int> joined_{0};
+  std::atomic<int64_t> next_{0};
   std::atomic<bool> stopping_{false};
-  detail::RegionFn fn_ = nullptr;
+  detail::ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
+  int64_t count_ = 0, grain_ = 1;
 };
 
 /// $SPECPIPE_THREADS if set (test runners use it to avoid oversubscribing cores shared
@@ -122,8 +134,13 @@ void set_num_threads(int threads) {
 
 int num_threads() { return pool().threads(); }
 
+int64_t default_grain(int64_t count) {
+  const int64_t chunks = 4 * static_cast<int64_t>(pool().threads());
+  return std::max<int64_t>(1, (count + chunks - 1) / chunks);
+}
+
 namespace detail {
-void run_region(RegionFn fn, void* context) { pool().run(fn, context); }
+void run_chunks(int64_t count, int64_t grain, ChunkFn fn, void* context) { pool().run(count, grain, fn, context); }
 }  // namespace detail
 
 }  // namespace specpipe::cpu

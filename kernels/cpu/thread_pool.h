@@ -1,14 +1,16 @@
 #pragma once
-/// The CPU kernels' threads: one process-wide pool whose caller takes part as thread 0.
+/// The CPU kernels' threads: one process-wide pool that shares work with its caller.
 ///
-/// Kernels split only independent outputs across threads, so results never depend on
-/// the thread count. A region costs about a microsecond: workers spin briefly on an
-/// epoch counter before sleeping on it (C++20 atomic wait). Regions from different
-/// caller threads (one per actor) run one after another, never interleaved, so two
-/// actors sharing two cores do not oversubscribe them; a region started from inside a
-/// region runs inline on the calling thread.
+/// parallel_for hands out chunks of an index range from an atomic counter: the calling
+/// thread claims chunks itself, and so does every pool worker that is free. Nothing
+/// waits for a worker that cannot run (another process, an actor thread the kernel
+/// placed on the same core): the caller then simply does the whole range. Kernels split
+/// only independent outputs, so results never depend on who computed which chunk.
+///
+/// Regions from different caller threads (one per actor) run one after another; a
+/// region started inside a region runs inline on the calling thread.
 #include <cstdint>
-#include <utility>
+#include <type_traits>
 
 namespace specpipe::cpu {
 
@@ -18,26 +20,23 @@ void set_num_threads(int threads);
 int num_threads();
 
 namespace detail {
-using RegionFn = void (*)(void* context, int thread, int threads);
-void run_region(RegionFn fn, void* context);
+using ChunkFn = void (*)(void* context, int64_t begin, int64_t end);
+void run_chunks(int64_t count, int64_t grain, ChunkFn fn, void* context);
 }  // namespace detail
 
-/// Calls fn(thread, threads) once on every pool thread and returns when all are done.
+/// Calls fn(begin, end) on chunks of at most `grain` indices covering [0, count), in
+/// parallel, and returns when all are done. fn must not throw.
 template <typename Fn>
-void parallel_region(Fn&& fn) {
-  auto trampoline = [](void* ctx, int thread, int threads) { (*static_cast<Fn*>(ctx))(thread, threads); };
-  detail::run_region(trampoline, &fn);
+void parallel_for(int64_t count, int64_t grain, Fn&& fn) {
+  if (count <= 0) return;
+  if (grain <= 0) grain = 1;
+  if (count <= grain) return fn(int64_t{0}, count);
+  using F = std::remove_reference_t<Fn>;
+  auto trampoline = [](void* ctx, int64_t begin, int64_t end) { (*static_cast<F*>(ctx))(begin, end); };
+  detail::run_chunks(count, grain, trampoline, const_cast<void*>(static_cast<const void*>(&fn)));
 }
 
-/// Splits [0, count) into one contiguous range per thread: fn(begin, end).
-template <typename Fn>
-void parallel_for(int64_t count, Fn&& fn) {
-  if (count <= 0) return;
-  if (count == 1) return fn(int64_t{0}, int64_t{1});
-  parallel_region([&](int thread, int threads) {
-    const int64_t begin = count * thread / threads, end = count * (thread + 1) / threads;
-    if (begin < end) fn(begin, end);
-  });
-}
+/// A grain giving each thread several chunks of [0, count) (for load balance).
+int64_t default_grain(int64_t count);
 
 }  // namespace specpipe::cpu
