@@ -31,6 +31,14 @@ struct KvStoreConfig {
 /// Sequence ids are handed out 0, 1, 2, ... and never reused.
 using SeqId = int64_t;
 
+/// How full a KV store is (for statistics and leak checks).
+struct KvOccupancy {
+  int32_t free_blocks = 0;  ///< free + evictable cached
+  int32_t total_blocks = 0;
+  size_t sequences = 0;
+  bool operator==(const KvOccupancy&) const = default;
+};
+
 class KvStore {
  public:
   /// Every size in `config` must be >= 1; throws Error(invalid_argument) naming the field.
@@ -85,6 +93,7 @@ class KvStore {
   int32_t total_blocks() const { return config_.num_blocks; }
   int64_t capacity_tokens() const { return int64_t{config_.num_blocks} * config_.block_size; }
   size_t num_sequences() const;
+  KvOccupancy occupancy() const { return {free_blocks(), total_blocks(), num_sequences()}; }
 
   KvTensors& tensors() { return tensors_; }
   const KvTensors& tensors() const { return tensors_; }

@@ -41,6 +41,19 @@ namespace {
 cpu::PackedMatrix pack(const MatrixWeight& w) { return {w.dtype, w.data, w.rows, w.cols}; }
 }  // namespace
 
+void Logits::assign(const std::vector<std::vector<float>>& rows) {
+  vocab_ = rows.empty() ? 0 : static_cast<int32_t>(rows.front().size());
+  data_.clear();
+  first_.clear();
+  rows_.clear();
+  for (const auto& r : rows) {
+    if (static_cast<int32_t>(r.size()) != vocab_) fail(ErrorCode::internal, "logits rows of different sizes");
+    first_.push_back(static_cast<int64_t>(rows_.size()));
+    rows_.push_back(1);
+    data_.insert(data_.end(), r.begin(), r.end());
+  }
+}
+
 Transformer::Transformer(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
@@ -77,9 +90,12 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   std::vector<int32_t> starts;
   int64_t total = 0;
   for (const ForwardWindow& w : windows) {
-    const int32_t start = kv.length(w.seq);
+    const int32_t start = w.start < 0 ? kv.length(w.seq) : w.start;
     const int64_t n = static_cast<int64_t>(w.tokens.size());
     if (n == 0) fail(ErrorCode::invalid_argument, "forward: empty window for sequence {}", w.seq);
+    if (start < kv.length(w.seq))
+      fail(ErrorCode::invalid_argument, "forward: window of sequence {} starts at {}, inside its {} committed tokens",
+           w.seq, start, kv.length(w.seq));
     if (kv.reserved(w.seq) < start + n)
       fail(ErrorCode::invalid_argument,
            "forward: sequence {} has {} positions reserved, the window needs {}", w.seq,

@@ -27,6 +27,10 @@ struct ForwardWindow {
   SeqId seq;
   std::span<const int32_t> tokens;  ///< the window's new tokens (n >= 1)
   LogitsMode logits = LogitsMode::last;
+  /// Position of tokens[0]; -1 = the sequence's committed length. A later start lets
+  /// prefill chunks follow each other before the KV-router commits them: positions
+  /// [length, start) must then already hold the earlier chunks' K/V.
+  int32_t start = -1;
 };
 
 /// Logits of one forward: rows [vocab] for the positions asked, window by window.
@@ -36,6 +40,9 @@ class Logits {
   /// Row `i` of window `w` (i counts the window's logits rows: 0 for `last`).
   std::span<const float> row(size_t w, int32_t i = 0) const;
   int32_t rows(size_t w) const { return rows_[w]; }
+  size_t windows() const { return rows_.size(); }
+  /// Replaces the contents with one row per window (equal sizes).
+  void assign(const std::vector<std::vector<float>>& rows);
 
  private:
   friend class Transformer;
@@ -58,8 +65,8 @@ class Transformer {
   KvStoreConfig kv_config(int32_t num_blocks, int32_t block_size = 16) const;
 
   /// Runs every window through the model. Preconditions (checked): each window's
-  /// sequence has reserved [length, length + n) in `kv`; positions stay below
-  /// max_position_embeddings. K/V go to `sink` layer by layer; `kv` is only read.
+  /// sequence has reserved [start, start + n) in `kv` with start >= its committed
+  /// length; positions stay below max_position_embeddings. K/V go to `sink` layer by layer; `kv` is only read.
   /// Not re-entrant: one forward at a time per Transformer (it owns its scratch).
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out);

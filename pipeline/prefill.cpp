@@ -24,14 +24,49 @@ void prefill(Transformer& model, KvStore& kv, SeqId seq, std::span<const int32_t
   // Reserve the whole prompt up front so that running out of blocks fails before work.
   kv.reserve(seq, kv.length(seq) + static_cast<int32_t>(tokens.size()));
   DirectKvWriter writer(kv);
-  for (size_t done = 0; done < tokens.size();) {
-    const size_t n = std::min(tokens.size() - done, static_cast<size_t>(chunk));
-    const bool last = done + n == tokens.size();
-    const ForwardWindow window{seq, tokens.subspan(done, n), last ? LogitsMode::last : LogitsMode::none};
-    model.forward({&window, 1}, kv, writer, last_logits);
-    kv.commit(seq, tokens.subspan(done, n));
-    done += n;
+  const PrefillItem item{seq, tokens};
+  prefill_windows(model, kv, writer, {&item, 1}, chunk, last_logits);
+  kv.commit(seq, tokens);
+}
+
+}  // namespace specpipe
+
+namespace specpipe {
+
+void prefill_windows(Transformer& model, const KvStore& kv, KvWriteSink& sink,
+                     std::span<const PrefillItem> items, int32_t chunk, Logits& last_logits) {
+  if (chunk <= 0) fail(ErrorCode::invalid_argument, "prefill: chunk size must be positive");
+  // Each pass takes the next chunk of every sequence that still has tokens, so all of
+  // them advance together (one varlen forward per pass); a sequence's last chunk asks for
+  // its last-position logits, which are gathered per item.
+  std::vector<size_t> done(items.size(), 0);
+  std::vector<std::vector<float>> last(items.size());
+  std::vector<ForwardWindow> windows;
+  std::vector<size_t> owner;
+  Logits logits;
+  for (;;) {
+    windows.clear();
+    owner.clear();
+    for (size_t i = 0; i < items.size(); ++i) {
+      const auto& tokens = items[i].tokens;
+      if (done[i] >= tokens.size()) continue;
+      const size_t n = std::min(tokens.size() - done[i], static_cast<size_t>(chunk));
+      const bool final_chunk = done[i] + n == tokens.size();
+      windows.push_back({items[i].seq, tokens.subspan(done[i], n),
+                         final_chunk ? LogitsMode::last : LogitsMode::none,
+                         kv.length(items[i].seq) + static_cast<int32_t>(done[i])});
+      owner.push_back(i);
+      done[i] += n;
+    }
+    if (windows.empty()) break;
+    model.forward(windows, kv, sink, logits);
+    for (size_t w = 0; w < windows.size(); ++w)
+      if (logits.rows(w) > 0) {
+        const auto row = logits.row(w);
+        last[owner[w]].assign(row.begin(), row.end());
+      }
   }
+  last_logits.assign(last);
 }
 
 }  // namespace specpipe

@@ -18,6 +18,20 @@ namespace specpipe {
 void prefill(Transformer& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
              int32_t chunk, Logits& last_logits);
 
+/// One sequence's uncomputed prompt tokens, for prefill_windows().
+struct PrefillItem {
+  SeqId seq;
+  std::span<const int32_t> tokens;
+};
+
+/// Runs several sequences' prompt tokens through the model together, in chunks of at
+/// most `chunk` tokens per sequence per forward, writing K/V through `sink` at positions
+/// [length, length + n) of each sequence, which must be reserved. Commits nothing: the
+/// caller (the KV-router) commits afterwards. `last_logits` receives one row per item:
+/// the logits after its last token. Items must have at least one token.
+void prefill_windows(Transformer& model, const KvStore& kv, KvWriteSink& sink,
+                     std::span<const PrefillItem> items, int32_t chunk, Logits& last_logits);
+
 /// Throws Error(out_of_capacity) with a clear message when `tokens` can never fit in the
 /// KV store or the model's positions, whatever else is running.
 void check_fits(const Transformer& model, const KvStore& kv, int64_t tokens);

@@ -30,6 +30,10 @@ class Rng {
   /// Uniform in [0, 1) with 53 random bits.
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
+  /// The whole state: an Rng travels in actor messages by value, so the one stream of a
+  /// request continues wherever the request's work runs.
+  bool operator==(const Rng&) const = default;
+
  private:
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
   uint64_t state_[4];

@@ -1,0 +1,53 @@
+#pragma once
+/// The `drafter` slot: what proposes tokens for the target to verify.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/sampling.h"
+#include "kvstore/kv_store.h"
+#include "pipeline/rng.h"
+
+namespace specpipe {
+
+using RequestId = int64_t;
+
+/// One sequence's part of a drafting round.
+struct DraftItem {
+  RequestId request;
+  /// Tokens appended to the sequence's context since its previous round (since start()
+  /// for the first round). The last one is the pending token: the target's latest
+  /// token, which the proposals continue.
+  std::span<const int32_t> appended;
+  int32_t gamma;                 ///< tokens wanted; 0 = none (a plain decode step)
+  cpu::SamplingParams sampling;  ///< temperature 0: greedy drafts
+  Rng* rng;                      ///< the request's stream (used when sampling)
+};
+
+struct Proposal {
+  std::vector<int32_t> tokens;        ///< at most gamma
+  /// q[i]: the distribution tokens[i] was drawn from (sampling with a model drafter);
+  /// empty when the proposal is deterministic (greedy, or n-gram lookup).
+  std::vector<std::vector<float>> q;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string name() const = 0;
+  /// A new sequence whose context is `context` (the prompt without its last token: that
+  /// one arrives as the first round's pending token).
+  virtual void start(RequestId request, std::span<const int32_t> context) = 0;
+  /// Proposals for every item, batched where the drafter can. `out` is resized to
+  /// items.size().
+  virtual void propose(std::span<const DraftItem> items, std::vector<Proposal>& out) = 0;
+  /// The sequence ended; frees what start() took.
+  virtual void finish(RequestId request) = 0;
+  /// The drafter's own KV store, if it has one.
+  virtual std::optional<KvOccupancy> kv_occupancy() const { return std::nullopt; }
+};
+
+}  // namespace specpipe

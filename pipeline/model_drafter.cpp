@@ -1,0 +1,104 @@
+#include "pipeline/model_drafter.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "pipeline/draft_sampling.h"
+#include "pipeline/prefill.h"
+
+namespace specpipe {
+namespace {
+KvStoreConfig draft_kv_config(const Transformer& m, int32_t blocks, int32_t block_size) {
+  KvStoreConfig c = m.kv_config(blocks, block_size);
+  c.prefix_cache = false;
+  return c;
+}
+}  // namespace
+
+ModelDrafter::ModelDrafter(std::unique_ptr<Transformer> model, int32_t kv_blocks, int32_t block_size,
+                           int32_t prefill_chunk)
+    : model_(std::move(model)),
+      kv_(draft_kv_config(*model_, kv_blocks, block_size)),
+      prefill_chunk_(prefill_chunk) {}
+
+ModelDrafter::Sequence& ModelDrafter::at(RequestId request) {
+  auto it = sequences_.find(request);
+  if (it == sequences_.end()) fail(ErrorCode::invalid_argument, "drafter: unknown request {}", request);
+  return it->second;
+}
+
+void ModelDrafter::start(RequestId request, std::span<const int32_t> context) {
+  if (sequences_.count(request)) fail(ErrorCode::invalid_argument, "drafter: request {} already started", request);
+  check_fits(*model_, kv_, static_cast<int64_t>(context.size()) + 1);
+  Sequence s{kv_.add_sequence(context), {context.begin(), context.end()}};
+  try {
+    if (!context.empty()) {
+      Logits logits;
+      prefill(*model_, kv_, s.seq, context, prefill_chunk_, logits);
+    }
+  } catch (...) {
+    kv_.release(s.seq);
+    throw;
+  }
+  sequences_.emplace(request, std::move(s));
+}
+
+std::span<const int32_t> ModelDrafter::catch_up(Sequence& s) {
+  const auto seen = kv_.tokens(s.seq);
+  const auto mismatch = std::mismatch(seen.begin(), seen.end(), s.context.begin(), s.context.end());
+  const auto keep = static_cast<int32_t>(mismatch.first - seen.begin());
+  if (keep < kv_.length(s.seq)) kv_.truncate(s.seq, keep);
+  return std::span<const int32_t>(s.context).subspan(static_cast<size_t>(keep));
+}
+
+void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposal>& out) {
+  out.assign(items.size(), Proposal{});
+  std::vector<Sequence*> seqs;
+  int32_t max_gamma = 0;
+  for (const DraftItem& item : items) {
+    Sequence& s = at(item.request);
+    s.context.insert(s.context.end(), item.appended.begin(), item.appended.end());
+    seqs.push_back(&s);
+    max_gamma = std::max(max_gamma, item.gamma);
+  }
+  DirectKvWriter writer(kv_);
+  std::vector<ForwardWindow> windows;
+  std::vector<size_t> owner;
+  std::vector<int32_t> last_token(items.size());
+  for (int32_t step = 0; step < max_gamma; ++step) {
+    windows.clear();
+    owner.clear();
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].gamma <= step) continue;
+      Sequence& s = *seqs[i];
+      // Step 0 feeds what the draft KV has not seen; later steps the previous draft.
+      const std::span<const int32_t> feed =
+          step == 0 ? catch_up(s) : std::span<const int32_t>(&last_token[i], 1);
+      kv_.reserve(s.seq, kv_.length(s.seq) + static_cast<int32_t>(feed.size()));
+      windows.push_back({s.seq, feed, LogitsMode::last});
+      owner.push_back(i);
+    }
+    if (windows.empty()) break;
+    model_->forward(windows, kv_, writer, logits_);
+    for (size_t w = 0; w < windows.size(); ++w) {
+      const size_t i = owner[w];
+      kv_.commit(windows[w].seq, windows[w].tokens);
+      Proposal& p = out[i];
+      const int32_t token = draft_sample(logits_.row(w), items[i].sampling, *items[i].rng, q_scratch_);
+      p.tokens.push_back(token);
+      if (!q_scratch_.empty()) p.q.push_back(q_scratch_);
+      last_token[i] = token;
+    }
+  }
+  // The drafts are the drafter's own guesses: they are not part of the context until
+  // the target accepts them; the next round's catch_up trims what it rejected.
+}
+
+void ModelDrafter::finish(RequestId request) {
+  auto it = sequences_.find(request);
+  if (it == sequences_.end()) return;
+  kv_.release(it->second.seq);
+  sequences_.erase(it);
+}
+
+}  // namespace specpipe

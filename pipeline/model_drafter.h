@@ -1,0 +1,50 @@
+#pragma once
+/// The built-in `drafter`: a small draft model with its own KV store.
+///
+/// Each round the drafter first feeds the tokens its KV has not seen (normally the
+/// pending token, plus the last draft when all drafts were accepted), after trimming
+/// whatever the target rejected, then extends every sequence one token at a time. All
+/// sequences of a round share each forward (varlen batch).
+#include <map>
+#include <memory>
+
+#include "kvstore/kv_store.h"
+#include "model/transformer.h"
+#include "pipeline/drafter.h"
+
+namespace specpipe {
+
+class ModelDrafter final : public Drafter {
+ public:
+  /// The draft KV store gets `kv_blocks` blocks of `block_size` tokens (no prefix cache:
+  /// it holds unverified drafts).
+  ModelDrafter(std::unique_ptr<Transformer> model, int32_t kv_blocks, int32_t block_size,
+               int32_t prefill_chunk);
+
+  std::string name() const override { return "draft-model"; }
+  void start(RequestId request, std::span<const int32_t> context) override;
+  void propose(std::span<const DraftItem> items, std::vector<Proposal>& out) override;
+  void finish(RequestId request) override;
+  std::optional<KvOccupancy> kv_occupancy() const override { return kv_.occupancy(); }
+
+  const KvStore& kv() const { return kv_; }
+  const Transformer& model() const { return *model_; }
+
+ private:
+  struct Sequence {
+    SeqId seq;
+    std::vector<int32_t> context;  // every token of the sequence so far
+  };
+  Sequence& at(RequestId request);
+  /// Trims the draft KV to its common prefix with the context; returns the tokens to feed.
+  std::span<const int32_t> catch_up(Sequence& s);
+
+  std::unique_ptr<Transformer> model_;
+  KvStore kv_;
+  int32_t prefill_chunk_;
+  std::map<RequestId, Sequence> sequences_;
+  Logits logits_;
+  std::vector<float> q_scratch_;
+};
+
+}  // namespace specpipe

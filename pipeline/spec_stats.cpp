@@ -1,0 +1,35 @@
+#include "pipeline/spec_stats.h"
+
+#include <algorithm>
+
+namespace specpipe {
+
+void SpecStats::add_round(int32_t proposed_now, int32_t accepted_now) {
+  ++rounds;
+  proposed += proposed_now;
+  accepted += accepted_now;
+  if (accepted_hist.size() <= static_cast<size_t>(accepted_now)) accepted_hist.resize(static_cast<size_t>(accepted_now) + 1, 0);
+  ++accepted_hist[static_cast<size_t>(accepted_now)];
+  accepted_per_round.push_back(accepted_now);
+}
+
+void SpecStats::merge(const SpecStats& o) {
+  requests += o.requests;
+  rounds += o.rounds;
+  proposed += o.proposed;
+  accepted += o.accepted;
+  generated += o.generated;
+  if (accepted_hist.size() < o.accepted_hist.size()) accepted_hist.resize(o.accepted_hist.size(), 0);
+  for (size_t k = 0; k < o.accepted_hist.size(); ++k) accepted_hist[k] += o.accepted_hist[k];
+  prompt_tokens += o.prompt_tokens;
+  cached_prompt_tokens += o.cached_prompt_tokens;
+  draft_failures += o.draft_failures;
+  prefill_ms += o.prefill_ms;
+  draft_ms += o.draft_ms;
+  verify_ms += o.verify_ms;
+  commit_ms += o.commit_ms;
+  messaging_ms += o.messaging_ms;
+  wall_ms += o.wall_ms;
+}
+
+}  // namespace specpipe

@@ -1,0 +1,37 @@
+#pragma once
+/// Speculation statistics, per request and aggregated (ARCHITECTURE.md section 10).
+#include <cstdint>
+#include <vector>
+
+namespace specpipe {
+
+struct SpecStats {
+  int64_t requests = 0;       ///< requests aggregated here (1 for one request)
+  int64_t rounds = 0;         ///< target verify forwards (a plain decode step counts as one)
+  int64_t proposed = 0;       ///< draft tokens proposed
+  int64_t accepted = 0;       ///< draft tokens accepted
+  int64_t generated = 0;      ///< tokens returned to clients (after stop truncation)
+  std::vector<int64_t> accepted_hist;  ///< [k] = rounds that accepted exactly k drafts
+  std::vector<int32_t> accepted_per_round;  ///< per request only: k of every round
+  int64_t prompt_tokens = 0, cached_prompt_tokens = 0;
+  int64_t draft_failures = 0;  ///< rounds whose drafter failed and ran without drafts
+  double prefill_ms = 0;    ///< target + draft prompt forwards
+  double draft_ms = 0;      ///< drafter compute in rounds
+  double verify_ms = 0;     ///< target forward + acceptance in rounds
+  double commit_ms = 0;     ///< KV reserve / commit / truncate
+  double messaging_ms = 0;  ///< round wall time not spent in the three above
+  double wall_ms = 0;       ///< submit to final token
+
+  double acceptance_rate() const { return proposed ? static_cast<double>(accepted) / static_cast<double>(proposed) : 0.0; }
+  /// Tokens produced per target forward: (accepted + rounds) / rounds.
+  double tokens_per_step() const { return rounds ? static_cast<double>(accepted + rounds) / static_cast<double>(rounds) : 0.0; }
+  double mean_accepted() const { return rounds ? static_cast<double>(accepted) / static_cast<double>(rounds) : 0.0; }
+
+  /// Records one round of this request: `proposed` drafts, `accepted` of them.
+  void add_round(int32_t proposed_now, int32_t accepted_now);
+  /// Adds another request's (or aggregate's) counters and times; per-round lists are
+  /// not merged.
+  void merge(const SpecStats& other);
+};
+
+}  // namespace specpipe
