@@ -1,0 +1,102 @@
+#include "actors/kv_router_actor.h"
+
+#include <caf/all.hpp>
+
+#include "core/timer.h"
+
+namespace specpipe::actors {
+namespace {
+
+void admit(KvStore& kv, AdmitBatch& b) {
+  Stopwatch clock;
+  for (AdmitItem& it : b.items) {
+    try {
+      it.seq = kv.add_sequence(it.context, &it.cached);
+      try {
+        kv.reserve(it.seq, static_cast<int32_t>(it.context.size()));
+      } catch (...) {
+        kv.release(it.seq);
+        it.seq = -1;
+        throw;
+      }
+    } catch (const std::exception& e) {
+      it.error = e.what();
+    }
+  }
+  b.commit_ms += clock.elapsed_ms();
+}
+
+void commit_prefill(KvStore& kv, AdmitBatch& b) {
+  Stopwatch clock;
+  for (AdmitItem& it : b.items) {
+    if (it.seq < 0) continue;
+    if (it.error.empty()) {
+      kv.commit(it.seq, std::span<const int32_t>(it.context).subspan(static_cast<size_t>(it.cached)));
+    } else {
+      kv.release(it.seq);  // a failed prefill keeps nothing
+      it.seq = -1;
+    }
+  }
+  b.commit_ms += clock.elapsed_ms();
+}
+
+void reserve(KvStore& kv, RoundBatch& b) {
+  Stopwatch clock;
+  for (RoundItem& it : b.items) {
+    if (!it.error.empty()) continue;
+    try {
+      kv.reserve(it.seq, kv.length(it.seq) + 1 + static_cast<int32_t>(it.drafts.size()));
+    } catch (const std::exception& e) {
+      it.error = e.what();
+    }
+  }
+  b.times.reserve_ms += clock.elapsed_ms();
+}
+
+/// After the verdict the pool must hold exactly the accepted prefix: pending and the k
+/// accepted drafts become committed, every other reserved slot is released.
+void commit_round(KvStore& kv, RoundBatch& b) {
+  Stopwatch clock;
+  std::vector<int32_t> accepted;
+  for (RoundItem& it : b.items) {
+    if (it.seq < 0 || !kv.contains(it.seq)) continue;
+    if (it.error.empty()) {
+      accepted.assign(1, it.pending);
+      accepted.insert(accepted.end(), it.drafts.begin(), it.drafts.begin() + it.accepted);
+      kv.commit(it.seq, accepted);
+    }
+    kv.truncate(it.seq, kv.length(it.seq));
+  }
+  b.times.commit_ms += clock.elapsed_ms();
+}
+
+}  // namespace
+
+kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouterDeps deps) {
+  auto d = std::make_shared<KvRouterDeps>(std::move(deps));
+  return {
+      [self, d](AdmitWork& w) {
+        admit(*d->kv, w.b);
+        self->send(d->peers->verifier, PrefillWork{std::move(w.b)});
+      },
+      [self, d](PrefillDone& w) {
+        commit_prefill(*d->kv, w.b);
+        self->send(d->peers->scheduler, AdmitDone{std::move(w.b)});
+      },
+      [self, d](ReserveWork& w) {
+        reserve(*d->kv, w.b);
+        self->send(d->peers->verifier, VerifyWork{std::move(w.b)});
+      },
+      [self, d](VerifyDone& w) {
+        commit_round(*d->kv, w.b);
+        self->send(d->peers->scheduler, RoundDone{std::move(w.b)});
+      },
+      [d](ReleaseWork& w) {
+        for (SeqId seq : w.seqs)
+          if (d->kv->contains(seq)) d->kv->release(seq);
+      },
+      [d](KvQuery) { return d->kv->occupancy(); },
+  };
+}
+
+}  // namespace specpipe::actors

@@ -1,0 +1,23 @@
+#pragma once
+/// The kv-router actor: the single writer of the target KV store. It registers admitted
+/// sequences (prefix cache), reserves the slots a forward will write, commits exactly
+/// the accepted prefix after each verdict (`pending + k` tokens) and truncates the rest,
+/// and releases finished sequences. The K/V of a forward reach the pool through its
+/// sink (the built-in kv_write strategy: write during the forward, truncate after), so
+/// the pool never holds an unverified token once a round is over, and the prefix cache
+/// only ever hashes committed blocks.
+#include <memory>
+
+#include "actors/interfaces.h"
+#include "kvstore/kv_store.h"
+
+namespace specpipe::actors {
+
+struct KvRouterDeps {
+  std::shared_ptr<const Peers> peers;
+  std::shared_ptr<KvStore> kv;
+};
+
+kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouterDeps deps);
+
+}  // namespace specpipe::actors

@@ -1,0 +1,111 @@
+#pragma once
+/// The messages between the pipeline's actors (ARCHITECTURE.md sections 3-4). They are
+/// per round or per admission batch, never per layer or kernel, and carry owned data
+/// only (vectors, tensor handles): nothing in them points into another actor's state.
+///
+///   admission:  scheduler -AdmitWork-> kv-router -PrefillWork-> verifier
+///               -PrefillDone-> kv-router -AdmitDone-> scheduler
+///               (and scheduler -DraftStart-> draft, which prefills its own KV)
+///   round:      scheduler -DraftWork-> draft -ReserveWork-> kv-router -VerifyWork->
+///               verifier -VerifyDone-> kv-router -RoundDone-> scheduler
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/cpu/sampling.h"
+#include "kvstore/kv_store.h"
+#include "pipeline/drafter.h"
+#include "pipeline/generation.h"
+#include "pipeline/rng.h"
+#include "pipeline/spec_stats.h"
+
+namespace specpipe::actors {
+
+class ResponseSink;
+
+/// A client's request (engine -> scheduler).
+struct SubmitRequest {
+  RequestId id = 0;
+  std::vector<int32_t> prompt;
+  GenerationParams params;
+  std::vector<std::string> stop;  ///< stop strings
+  int32_t gamma = -1;             ///< drafts per round; -1 = the pipeline's default
+  std::shared_ptr<ResponseSink> sink;
+};
+
+struct CancelRequest {
+  RequestId id = 0;
+};
+
+/// Asks the scheduler for the aggregate statistics; answered with a SpecStats.
+struct StatsQuery {};
+/// Asks the kv-router (target KV) or the draft actor (draft KV, if any) how full its
+/// store is; answered with a KvOccupancy (total_blocks 0: no store).
+struct KvQuery {};
+
+// ---- admission ---------------------------------------------------------------
+
+struct AdmitItem {
+  RequestId request = 0;
+  std::vector<int32_t> context;  ///< the prompt without its last token (that one is pending)
+  SeqId seq = -1;                ///< filled by the kv-router
+  int32_t cached = 0;            ///< context tokens found in the prefix cache
+  std::string error;             ///< non-empty: this item failed (and holds no KV)
+};
+
+struct AdmitBatch {
+  int64_t batch = 0;
+  std::vector<AdmitItem> items;
+  double prefill_ms = 0, commit_ms = 0;
+};
+struct AdmitWork { AdmitBatch b; };    ///< scheduler -> kv-router
+struct PrefillWork { AdmitBatch b; };  ///< kv-router -> verifier
+struct PrefillDone { AdmitBatch b; };  ///< verifier -> kv-router
+struct AdmitDone { AdmitBatch b; };    ///< kv-router -> scheduler
+
+/// scheduler -> draft: new sequences (their context), and ended ones.
+struct DraftStart { AdmitBatch b; };
+struct DraftFinish { std::vector<RequestId> requests; };
+/// scheduler -> kv-router: sequences whose KV is no longer needed.
+struct ReleaseWork { std::vector<SeqId> seqs; };
+
+// ---- rounds ------------------------------------------------------------------
+
+/// One sequence's part of a round; fields are filled in as the round moves on.
+struct RoundItem {
+  RequestId request = 0;
+  SeqId seq = -1;
+  std::vector<int32_t> appended;  ///< context tokens new since the previous round (drafter)
+  int32_t pending = -1;           ///< the target's latest token, not yet in its KV
+  int32_t gamma = 0;
+  cpu::SamplingParams sampling;
+  Rng rng{0};                     ///< the request's stream, travelling with its work
+  std::vector<int32_t> drafts;    ///< draft: the proposal
+  int32_t q_row = -1;             ///< draft: first row of its q in RoundBatch::q (-1: none)
+  int32_t accepted = 0;           ///< verifier: k
+  int32_t next_token = -1;        ///< verifier: correction or bonus token
+  std::string error;              ///< non-empty: the item failed; its KV was left as before
+};
+
+struct RoundTimes {
+  double draft_ms = 0, reserve_ms = 0, verify_ms = 0, commit_ms = 0;
+  int32_t draft_failures = 0;  ///< rounds the drafter failed and ran without drafts
+};
+
+struct RoundBatch {
+  int64_t round = 0;
+  std::vector<RoundItem> items;
+  /// Draft distributions when sampling with a model drafter: [rows, vocab] float32.
+  /// Produced on the draft actor's stream; consumers acquire() it on their own.
+  TensorHandle q;
+  RoundTimes times;
+};
+struct DraftWork { RoundBatch b; };    ///< scheduler -> draft
+struct ReserveWork { RoundBatch b; };  ///< draft -> kv-router
+struct VerifyWork { RoundBatch b; };   ///< kv-router -> verifier
+struct VerifyDone { RoundBatch b; };   ///< verifier -> kv-router
+struct RoundDone { RoundBatch b; };    ///< kv-router -> scheduler
+
+}  // namespace specpipe::actors

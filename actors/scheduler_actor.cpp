@@ -1,0 +1,312 @@
+#include "actors/scheduler_actor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <caf/all.hpp>
+#include <cmath>
+#include <deque>
+#include <map>
+
+#include "actors/response_sink.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "pipeline/output_stream.h"
+
+namespace specpipe::actors {
+namespace {
+
+/// A request from submission to completion.
+struct Request {
+  SubmitRequest spec;
+  int32_t gamma = 0;
+  int64_t budget_blocks = 0;       ///< KV blocks reserved for it at admission (worst case)
+  SeqId seq = -1;
+  int32_t pending = -1;
+  int32_t position = 0;            ///< target KV length = position of the pending token
+  std::vector<int32_t> appended;   ///< for the drafter: context tokens new since last round
+  Rng rng{0};
+  std::unique_ptr<OutputStream> out;
+  SpecStats stats;
+  Stopwatch clock;
+  bool budgeted = false;           ///< left the queue: holds budget_blocks, the drafter knows it
+  bool running = false;            ///< admitted (has KV)
+  bool cancelled = false;
+};
+
+enum class Phase { idle, admitting, round };
+
+class Scheduler : public scheduler_actor::base {
+ public:
+  Scheduler(caf::actor_config& cfg, SchedulerDeps deps) : scheduler_actor::base(cfg), d_(std::move(deps)) {}
+
+  behavior_type make_behavior() override {
+    return {
+        [this](SubmitRequest& r) { submit(std::move(r)); },
+        [this](CancelRequest& c) { cancel(c.id); },
+        [this](AdmitDone& w) { admitted(w.b); },
+        [this](RoundDone& w) { round_done(w.b); },
+        [this](StatsQuery) { return global_stats(); },
+    };
+  }
+
+ private:
+  const SchedulerConfig& cfg() const { return d_.config; }
+
+  int64_t blocks_for(int64_t tokens) const { return (tokens + cfg().block_size - 1) / cfg().block_size; }
+
+  /// A refusal before any work: completion with an error, nothing held.
+  void refuse(const SubmitRequest& r, const std::string& why) {
+    Completion c;
+    c.id = r.id;
+    c.reason = FinishReason::error;
+    c.error = why;
+    if (r.sink) r.sink->on_complete(c);
+  }
+
+  std::string validate(const SubmitRequest& r, int32_t gamma) const {
+    const auto& p = r.params;
+    if (r.prompt.empty()) return "the prompt is empty";
+    if (p.max_tokens < 0) return "max_tokens must not be negative";
+    if (!std::isfinite(p.sampling.temperature) || p.sampling.temperature < 0) return "temperature must be a finite number >= 0";
+    if (!(p.sampling.top_p > 0.0f && p.sampling.top_p <= 1.0f)) return "top_p must be in (0, 1]";
+    if (p.sampling.top_k < 0) return "top_k must not be negative";
+    if (gamma < 0 || gamma > cfg().max_gamma) return fmt::format("gamma must be in [0, {}]", cfg().max_gamma);
+    for (const auto& s : r.stop)
+      if (s.empty()) return "stop strings must not be empty";
+    if (static_cast<int64_t>(r.prompt.size()) >= cfg().max_positions)
+      return fmt::format("prompt of {} tokens does not fit the model's {} positions", r.prompt.size(), cfg().max_positions);
+    const int64_t need = blocks_for(static_cast<int64_t>(r.prompt.size()) + p.max_tokens + gamma + 1);
+    if (need > cfg().kv_blocks)
+      return fmt::format("out of KV capacity: prompt of {} tokens + {} new tokens needs {} KV blocks, the store has {}",
+                         r.prompt.size(), p.max_tokens, need, cfg().kv_blocks);
+    return {};
+  }
+
+  void submit(SubmitRequest&& r) {
+    if (requests_.count(r.id)) return refuse(r, fmt::format("request id {} is already in use", r.id));
+    const int32_t gamma = !cfg().speculative ? 0 : r.gamma < 0 ? cfg().default_gamma : r.gamma;
+    if (std::string why = validate(r, gamma); !why.empty()) return refuse(r, why);
+    if (static_cast<int32_t>(waiting_.size()) >= cfg().max_queue)
+      return refuse(r, fmt::format("overloaded: {} requests are waiting", waiting_.size()));
+    Request q;
+    q.gamma = gamma;
+    q.budget_blocks = blocks_for(static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens + gamma + 1);
+    q.rng = Rng(r.params.seed);
+    StopConditions stop;
+    stop.max_tokens = r.params.max_tokens;
+    stop.stop_at_eos = r.params.stop_at_eos;
+    stop.eos_ids = r.params.eos_ids.empty() ? cfg().eos_ids : r.params.eos_ids;
+    stop.stop_strings = r.stop;
+    q.out = std::make_unique<OutputStream>(d_.tokenizer, stop);
+    q.stats.requests = 1;
+    q.stats.prompt_tokens = static_cast<int64_t>(r.prompt.size());
+    const RequestId id = r.id;
+    q.spec = std::move(r);
+    requests_.emplace(id, std::move(q));
+    if (requests_.at(id).spec.params.max_tokens == 0) return finish(id, FinishReason::length);
+    waiting_.push_back(id);
+    step();
+  }
+
+  void cancel(RequestId id) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) return;
+    it->second.cancelled = true;
+    // A waiting request ends now; one with work in flight (admission or a round) ends
+    // when that step returns, so its KV is released in a consistent state.
+    if (!it->second.budgeted) {
+      waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+      finish(id, FinishReason::cancelled);
+    } else if (phase_ == Phase::idle) {
+      finish(id, FinishReason::cancelled);
+    }
+  }
+
+  /// Starts the next admission batch or round, if nothing is in flight.
+  void step() {
+    if (phase_ != Phase::idle) return;
+    AdmitBatch batch;
+    batch.batch = next_batch_;
+    while (!waiting_.empty() && static_cast<int32_t>(running_.size() + batch.items.size()) < cfg().max_batch) {
+      Request& r = requests_.at(waiting_.front());
+      if (budget_used_ + r.budget_blocks > cfg().kv_blocks) break;  // first come, first served
+      budget_used_ += r.budget_blocks;
+      r.budgeted = true;
+      AdmitItem item;
+      item.request = waiting_.front();
+      item.context.assign(r.spec.prompt.begin(), r.spec.prompt.end() - 1);
+      batch.items.push_back(std::move(item));
+      waiting_.pop_front();
+    }
+    if (!batch.items.empty()) {
+      ++next_batch_;
+      phase_ = Phase::admitting;
+      send(d_.peers->draft, DraftStart{batch});
+      send(d_.peers->kv_router, AdmitWork{std::move(batch)});
+      return;
+    }
+    if (running_.empty()) return;
+    RoundBatch round;
+    round.round = next_round_++;
+    for (RequestId id : running_) {
+      Request& r = requests_.at(id);
+      RoundItem item;
+      item.request = id;
+      item.seq = r.seq;
+      item.appended = std::move(r.appended);
+      r.appended.clear();
+      item.pending = r.pending;
+      // The window [pending, drafts] must stay inside both models' positions.
+      item.gamma = std::max(0, std::min(r.gamma, cfg().max_positions - 1 - r.position));
+      item.sampling = r.spec.params.sampling;
+      item.rng = r.rng;
+      round.items.push_back(std::move(item));
+    }
+    phase_ = Phase::round;
+    round_clock_.reset();
+    send(d_.peers->draft, DraftWork{std::move(round)});
+  }
+
+  void admitted(AdmitBatch& b) {
+    phase_ = Phase::idle;
+    global_times_.prefill_ms += b.prefill_ms;
+    global_times_.commit_ms += b.commit_ms;
+    for (AdmitItem& item : b.items) {
+      Request& r = requests_.at(item.request);
+      if (!item.error.empty()) {
+        finish(item.request, FinishReason::error, item.error);
+        continue;
+      }
+      r.seq = item.seq;
+      r.running = true;
+      r.pending = r.spec.prompt.back();
+      r.position = static_cast<int32_t>(item.context.size());
+      r.appended = {r.pending};
+      r.stats.cached_prompt_tokens = item.cached;
+      r.stats.prefill_ms += b.prefill_ms;
+      running_.push_back(item.request);
+      if (r.cancelled) finish(item.request, FinishReason::cancelled);
+    }
+    step();
+  }
+
+  void round_done(RoundBatch& b) {
+    phase_ = Phase::idle;
+    const double wall = round_clock_.elapsed_ms();
+    const RoundTimes& t = b.times;
+    const double messaging = std::max(0.0, wall - t.draft_ms - t.verify_ms - t.reserve_ms - t.commit_ms);
+    global_times_.draft_ms += t.draft_ms;
+    global_times_.verify_ms += t.verify_ms;
+    global_times_.commit_ms += t.reserve_ms + t.commit_ms;
+    global_times_.messaging_ms += messaging;
+    global_times_.draft_failures += t.draft_failures;
+    for (RoundItem& item : b.items) {
+      auto it = requests_.find(item.request);
+      if (it == requests_.end()) continue;
+      Request& r = it->second;
+      r.stats.draft_ms += t.draft_ms;
+      r.stats.verify_ms += t.verify_ms;
+      r.stats.commit_ms += t.reserve_ms + t.commit_ms;
+      r.stats.messaging_ms += messaging;
+      if (!item.error.empty()) {
+        finish(item.request, FinishReason::error, item.error);
+        continue;
+      }
+      apply_verdict(item.request, item);
+    }
+    step();
+  }
+
+  /// Streams the round's tokens (d_1..d_k, then the target's own), stopping at the first
+  /// stop condition: tokens after it are never sent.
+  void apply_verdict(RequestId id, RoundItem& item) {
+    Request& r = requests_.at(id);
+    r.rng = item.rng;
+    r.stats.add_round(static_cast<int32_t>(item.drafts.size()), item.accepted);
+    std::vector<int32_t> produced(item.drafts.begin(), item.drafts.begin() + item.accepted);
+    produced.push_back(item.next_token);
+    TokenDelta delta;
+    delta.id = id;
+    bool finished = false;
+    FinishReason reason = FinishReason::length;
+    for (int32_t token : produced) {
+      OutputStream::Step s = r.out->push(token);
+      delta.tokens.push_back(token);
+      delta.text += s.text;
+      if (s.finished) {
+        finished = true;
+        reason = s.reason;
+        break;
+      }
+    }
+    r.stats.generated += static_cast<int64_t>(delta.tokens.size());
+    if (r.spec.sink && !delta.tokens.empty()) r.spec.sink->on_delta(delta);
+    r.position += item.accepted + 1;
+    r.pending = item.next_token;
+    r.appended = std::move(produced);
+    if (finished) return finish(id, reason);
+    if (r.cancelled) return finish(id, FinishReason::cancelled);
+    if (r.position >= cfg().max_positions) return finish(id, FinishReason::context);
+  }
+
+  void finish(RequestId id, FinishReason reason, const std::string& error = {}) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) return;
+    Request& r = it->second;
+    Completion c;
+    c.id = id;
+    if (!r.out->finished()) {
+      OutputStream::Step s = r.out->finish(reason);
+      if (!s.text.empty() && r.spec.sink) r.spec.sink->on_delta({id, {}, s.text});
+    }
+    c.reason = error.empty() ? reason : FinishReason::error;
+    c.error = error;
+    c.tokens = r.out->tokens();
+    c.text = r.out->text();
+    r.stats.wall_ms = r.clock.elapsed_ms();
+    c.stats = r.stats;
+    if (r.running) {
+      send(d_.peers->kv_router, ReleaseWork{{r.seq}});
+      running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+    }
+    if (r.budgeted) {
+      send(d_.peers->draft, DraftFinish{{id}});
+      budget_used_ -= r.budget_blocks;
+    }
+    counters_.merge(r.stats);
+    auto sink = r.spec.sink;
+    requests_.erase(it);
+    if (sink) sink->on_complete(c);
+  }
+
+  SpecStats global_stats() const {
+    SpecStats s = counters_;
+    s.accepted_per_round.clear();
+    s.prefill_ms = global_times_.prefill_ms;
+    s.draft_ms = global_times_.draft_ms;
+    s.verify_ms = global_times_.verify_ms;
+    s.commit_ms = global_times_.commit_ms;
+    s.messaging_ms = global_times_.messaging_ms;
+    s.draft_failures = global_times_.draft_failures;
+    return s;
+  }
+
+  SchedulerDeps d_;
+  std::map<RequestId, Request> requests_;
+  std::deque<RequestId> waiting_;
+  std::vector<RequestId> running_;
+  Phase phase_ = Phase::idle;
+  int64_t next_batch_ = 0, next_round_ = 0;
+  int64_t budget_used_ = 0;
+  Stopwatch round_clock_;
+  SpecStats counters_;      // merged per-request counters of finished requests
+  SpecStats global_times_;  // per-batch times (a round counts once, however many requests)
+};
+
+}  // namespace
+
+scheduler_actor spawn_scheduler(caf::actor_system& system, SchedulerDeps deps) {
+  return system.spawn<Scheduler>(std::move(deps));
+}
+
+}  // namespace specpipe::actors

@@ -1,0 +1,38 @@
+#pragma once
+/// The scheduler actor: owns requests and their sequence state (pending token, stop
+/// conditions, RNG stream, statistics), admits work against KV capacity, plans each
+/// round (which sequences, how many drafts), and streams results to clients.
+///
+/// Continuous batching: requests join (after their prefill) and leave between rounds.
+/// Phases never overlap: an admission batch (prefill) and a round are never in flight at
+/// the same time, so the kv-router and the verifier never touch the KV store at once.
+#include <memory>
+
+#include <caf/actor_system.hpp>
+
+#include "actors/interfaces.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace specpipe::actors {
+
+struct SchedulerConfig {
+  int32_t default_gamma = 4;   ///< drafts per round unless a request asks otherwise
+  int32_t max_gamma = 16;      ///< largest gamma a request may ask for
+  int32_t max_batch = 32;      ///< sequences per round
+  int32_t max_queue = 1024;    ///< waiting requests beyond which new ones are refused
+  int64_t kv_blocks = 0;       ///< blocks of the target KV (the draft's is as large)
+  int32_t block_size = 16;
+  int32_t max_positions = 0;   ///< smallest max_position_embeddings of target and draft
+  std::vector<int32_t> eos_ids;
+  bool speculative = true;     ///< false: every round is a plain decode step (gamma 0)
+};
+
+struct SchedulerDeps {
+  std::shared_ptr<const Peers> peers;
+  SchedulerConfig config;
+  Tokenizer tokenizer;
+};
+
+scheduler_actor spawn_scheduler(caf::actor_system& system, SchedulerDeps deps);
+
+}  // namespace specpipe::actors

@@ -1,0 +1,106 @@
+#include "actors/verifier_actor.h"
+
+#include <caf/all.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "pipeline/acceptance.h"
+#include "pipeline/prefill.h"
+
+namespace specpipe::actors {
+namespace {
+
+/// Everything the verifier keeps between messages: scratch that is reused.
+struct VerifierState {
+  VerifierDeps deps;
+  Logits logits;
+  std::vector<ForwardWindow> windows;
+  std::vector<std::vector<int32_t>> window_tokens;
+  std::vector<std::vector<float>> q_rows;
+};
+
+void prefill(VerifierState& st, AdmitBatch& b) {
+  Stopwatch clock;
+  std::vector<PrefillItem> items;
+  for (const AdmitItem& it : b.items)
+    if (it.error.empty() && static_cast<size_t>(it.cached) < it.context.size())
+      items.push_back({it.seq, std::span<const int32_t>(it.context).subspan(static_cast<size_t>(it.cached))});
+  try {
+    if (!items.empty()) prefill_windows(*st.deps.target, *st.deps.kv, *st.deps.sink, items, st.deps.prefill_chunk, st.logits);
+  } catch (const std::exception& e) {
+    for (AdmitItem& it : b.items)
+      if (it.error.empty()) it.error = e.what();
+  }
+  b.prefill_ms += clock.elapsed_ms();
+}
+
+void verify(VerifierState& st, RoundBatch& b) {
+  Stopwatch clock;
+  st.windows.clear();
+  st.window_tokens.assign(b.items.size(), {});
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < b.items.size(); ++i) {
+    RoundItem& it = b.items[i];
+    if (!it.error.empty()) continue;
+    auto& tokens = st.window_tokens[i];
+    tokens.push_back(it.pending);
+    tokens.insert(tokens.end(), it.drafts.begin(), it.drafts.end());
+    st.windows.push_back({it.seq, tokens, LogitsMode::all});
+    owner.push_back(i);
+  }
+  try {
+    if (!st.windows.empty()) st.deps.target->forward(st.windows, *st.deps.kv, *st.deps.sink, st.logits);
+  } catch (const std::exception& e) {
+    for (size_t i : owner) b.items[i].error = e.what();
+    b.times.verify_ms += clock.elapsed_ms();
+    return;
+  }
+  // The draft distributions were produced on the draft actor's stream.
+  const TensorView q = b.q.empty() ? TensorView{} : b.q.acquire(Stream{});
+  for (size_t w = 0; w < owner.size(); ++w) {
+    RoundItem& it = b.items[owner[w]];
+    auto row = [&](int32_t i) { return st.logits.row(w, i); };
+    try {
+      Verdict v;
+      if (it.sampling.temperature == 0.0f) {
+        v = accept_greedy(it.drafts, row);
+      } else {
+        st.q_rows.assign(it.drafts.size(), {});
+        if (it.q_row >= 0) {
+          const int64_t vocab = q.shape[1];
+          for (size_t d = 0; d < it.drafts.size(); ++d) {
+            const float* src = q.as<float>() + (it.q_row + static_cast<int64_t>(d)) * vocab;
+            st.q_rows[d].assign(src, src + vocab);
+          }
+        }
+        v = accept_sampling(it.drafts, row, st.q_rows, it.sampling, it.rng);
+      }
+      it.accepted = v.accepted;
+      it.next_token = v.next_token;
+    } catch (const std::exception& e) {
+      it.error = e.what();
+    }
+  }
+  b.times.verify_ms += clock.elapsed_ms();
+}
+
+}  // namespace
+
+verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDeps deps) {
+  auto st = std::make_shared<VerifierState>();
+  st->deps = std::move(deps);
+  return {
+      [self, st](PrefillWork& w) {
+        prefill(*st, w.b);
+        self->send(st->deps.peers->kv_router, PrefillDone{std::move(w.b)});
+      },
+      [self, st](VerifyWork& w) {
+        verify(*st, w.b);
+        self->send(st->deps.peers->kv_router, VerifyDone{std::move(w.b)});
+      },
+  };
+}
+
+}  // namespace specpipe::actors

@@ -1,0 +1,49 @@
+// Greedy draft-model speculation through the actor pipeline against the reference:
+// for every public case and gamma in 1, 2, 4, 8, the accepted count of every round and
+// the output tokens equal the golden data (tests/data/golden-public.json, "spec").
+#include <gtest/gtest.h>
+
+#include "tests/support/engine.h"
+#include "tests/support/golden.h"
+
+namespace specpipe {
+namespace {
+
+class SpeculativeGolden : public ::testing::TestWithParam<int> {};
+
+TEST_P(SpeculativeGolden, AcceptedPerRoundAndOutputMatchReference) {
+  const int gamma = GetParam();
+  actors::Engine engine(test::demo_engine_config(gamma));
+  int index = 0;
+  double accepted = 0, rounds = 0;
+  for (const auto& c : test::golden_public()["cases"]) {
+    const auto want_tokens = test::ids(c["target_greedy_96"]);
+    const auto want_rounds = c["spec"][std::to_string(gamma)]["accepted_per_round"].get<std::vector<int32_t>>();
+    const actors::Completion got = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 96));
+    ASSERT_EQ(got.reason, FinishReason::length) << got.error;
+    EXPECT_EQ(got.tokens, want_tokens) << "case " << index;
+    EXPECT_EQ(got.stats.accepted_per_round, want_rounds) << "case " << index;
+    accepted += static_cast<double>(got.stats.accepted);
+    rounds += static_cast<double>(got.stats.rounds);
+    ++index;
+  }
+  const double want_mean = test::golden_public()["spec_summary"][std::to_string(gamma)]["mean_accepted"].get<double>();
+  EXPECT_NEAR(accepted / rounds, want_mean, 1e-9);
+  const auto kv = engine.kv_occupancy();
+  EXPECT_EQ(kv.free_blocks, kv.total_blocks);
+  EXPECT_EQ(kv.sequences, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gammas, SpeculativeGolden, ::testing::Values(1, 2, 4, 8));
+
+TEST(SpeculativeGoldenLong, LongPromptsGamma4) {
+  actors::Engine engine(test::demo_engine_config(4));
+  for (const auto& c : test::golden_long()["cases"]) {
+    const actors::Completion got = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 64));
+    EXPECT_EQ(got.tokens, test::ids(c["target_greedy_64"]));
+    EXPECT_EQ(got.stats.accepted_per_round, c["spec"]["4"]["accepted_per_round"].get<std::vector<int32_t>>());
+  }
+}
+
+}  // namespace
+}  // namespace specpipe
