@@ -11,5 +11,6 @@ using Runner = std::function<int()>;
 
 Runner add_generate_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
+Runner add_bench_command(CLI::App& app);
 
 }  // namespace specpipe::app

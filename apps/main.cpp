@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   };
   add(specpipe::app::add_generate_command, "generate");
   add(specpipe::app::add_inspect_command, "inspect");
+  add(specpipe::app::add_bench_command, "bench");
 
   CLI11_PARSE(app, argc, argv);
   try {

@@ -1,0 +1,186 @@
+// `specpipe bench`: plain and speculative decoding of the same prompts in one process;
+// checks greedy outputs are identical and reports speed, acceptance and the speedup
+// predicted from the measured costs (table and JSON).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "actors/engine.h"
+#include "apps/commands.h"
+#include "apps/pipeline_options.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace specpipe::app {
+namespace {
+
+struct BenchOptions {
+  PipelineOptions pipeline;
+  std::string prompts = "bench/prompts/public.jsonl";
+  std::vector<int32_t> gammas = {2, 4, 8};
+  bool ngram = true;
+  int32_t repeat = 3;
+  int32_t max_tokens = 0;  // 0: per prompt (default 96)
+  std::string json_out;
+};
+
+struct Prompt {
+  std::vector<int32_t> ids;
+  int32_t max_tokens = 96;
+};
+
+std::vector<Prompt> load_prompts(const std::string& path, const Tokenizer& tok, int32_t max_tokens) {
+  std::ifstream in(path);
+  if (!in) fail(ErrorCode::not_found, "prompt file {} cannot be read", path);
+  std::vector<Prompt> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      fail(ErrorCode::invalid_argument, "{}:{}: not JSON: {}", path, n, e.what());
+    }
+    Prompt p;
+    if (j.contains("prompt_ids")) p.ids = j["prompt_ids"].get<std::vector<int32_t>>();
+    else if (j.contains("prompt")) p.ids = tok.encode(j["prompt"].get<std::string>());
+    else fail(ErrorCode::invalid_argument, "{}:{}: needs \"prompt\" or \"prompt_ids\"", path, n);
+    if (j.contains("max_tokens")) p.max_tokens = j["max_tokens"].get<int32_t>();
+    if (max_tokens > 0) p.max_tokens = max_tokens;
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) fail(ErrorCode::invalid_argument, "{}: no prompts", path);
+  return out;
+}
+
+/// One configuration run over every prompt, one request at a time (batch 1).
+struct RunResult {
+  double tok_per_s = 0;        // generated tokens / decode time (rounds)
+  double decode_ms = 0;
+  SpecStats stats;             // summed over prompts
+  std::vector<std::vector<int32_t>> outputs;
+};
+
+RunResult run_config(actors::Engine& engine, const std::vector<Prompt>& prompts, int32_t gamma) {
+  RunResult r;
+  for (const Prompt& p : prompts) {
+    actors::RequestSpec spec;
+    spec.prompt = p.ids;
+    spec.params.max_tokens = p.max_tokens;
+    spec.params.stop_at_eos = false;
+    spec.gamma = gamma;
+    actors::Completion c = engine.generate(std::move(spec));
+    if (c.reason == FinishReason::error) fail(ErrorCode::internal, "bench request failed: {}", c.error);
+    r.stats.merge(c.stats);
+    r.outputs.push_back(std::move(c.tokens));
+  }
+  const SpecStats& s = r.stats;
+  r.decode_ms = s.draft_ms + s.verify_ms + s.commit_ms + s.messaging_ms;
+  r.tok_per_s = static_cast<double>(s.generated) * 1000.0 / r.decode_ms;
+  return r;
+}
+
+/// Median over repetitions (by tok/s); counters are identical across repetitions.
+RunResult median_run(actors::Engine& engine, const std::vector<Prompt>& prompts, int32_t gamma, int32_t repeat) {
+  std::vector<RunResult> runs;
+  for (int32_t i = 0; i < repeat; ++i) runs.push_back(run_config(engine, prompts, gamma));
+  std::sort(runs.begin(), runs.end(), [](const RunResult& a, const RunResult& b) { return a.tok_per_s < b.tok_per_s; });
+  return runs[runs.size() / 2];
+}
+
+struct Row {
+  std::string name;
+  int32_t gamma;
+  RunResult run;
+  bool identical;
+  double speedup, predicted;
+};
+
+int run_bench(const BenchOptions& o) {
+  std::vector<Row> rows;
+  actors::EngineConfig plain_cfg = o.pipeline.engine_config();
+  plain_cfg.pipeline.drafter = actors::DrafterKind::none;
+  Stopwatch total;
+  RunResult plain;
+  std::vector<Prompt> prompts;
+  {
+    actors::Engine engine(plain_cfg);
+    prompts = load_prompts(o.prompts, engine.tokenizer(), o.max_tokens);
+    run_config(engine, prompts, 0);  // warm-up: page in weights, grow scratch
+    plain = median_run(engine, prompts, 0, o.repeat);
+  }
+  // One plain decode step: the verify forward of a 1-token window.
+  const double t_step = plain.stats.verify_ms / static_cast<double>(plain.stats.rounds);
+  rows.push_back({"plain", 0, plain, true, 1.0, 1.0});
+
+  auto add_spec = [&](actors::EngineConfig cfg, const std::string& name, int32_t gamma) {
+    cfg.pipeline.gamma = gamma;
+    cfg.pipeline.ngram.max_proposals = std::max(1, gamma);
+    actors::Engine engine(cfg);
+    run_config(engine, prompts, gamma);
+    RunResult r = median_run(engine, prompts, gamma, o.repeat);
+    const SpecStats& s = r.stats;
+    const double per_round = (s.draft_ms + s.verify_ms) / static_cast<double>(s.rounds);
+    const double predicted = s.tokens_per_step() * t_step / per_round;
+    rows.push_back({name, gamma, r, r.outputs == plain.outputs, r.tok_per_s / plain.tok_per_s, predicted});
+  };
+  actors::EngineConfig model_cfg = o.pipeline.engine_config();
+  model_cfg.pipeline.drafter = actors::DrafterKind::model;
+  for (int32_t g : o.gammas) add_spec(model_cfg, "draft model", g);
+  if (o.ngram) {
+    actors::EngineConfig ngram_cfg = o.pipeline.engine_config();
+    ngram_cfg.pipeline.drafter = actors::DrafterKind::ngram;
+    for (int32_t g : o.gammas) add_spec(ngram_cfg, "ngram", g);
+  }
+
+  std::printf("%zu prompts, %lld tokens each run, median of %d runs, batch 1, greedy, %d kernel threads\n\n",
+              prompts.size(), static_cast<long long>(plain.stats.generated), o.repeat, cpu::num_threads());
+  std::printf("%-12s %5s %9s %8s %9s %10s %10s %9s %10s %9s\n", "drafter", "gamma", "tok/s", "speedup", "predicted",
+              "achv/pred", "accept %", "tok/step", "identical", "draft ms");
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    const SpecStats& s = r.run.stats;
+    std::printf("%-12s %5d %9.1f %8.2f %9.2f %10.2f %10.1f %9.2f %10s %9.1f\n", r.name.c_str(), r.gamma,
+                r.run.tok_per_s, r.speedup, r.predicted, r.speedup / r.predicted, 100.0 * s.acceptance_rate(),
+                s.tokens_per_step(), r.identical ? "yes" : "NO", s.draft_ms);
+    out.push_back({{"drafter", r.name}, {"gamma", r.gamma}, {"tok_per_s", r.run.tok_per_s}, {"speedup", r.speedup},
+                   {"predicted_speedup", r.predicted}, {"achieved_over_predicted", r.speedup / r.predicted},
+                   {"acceptance_rate", s.acceptance_rate()}, {"tokens_per_target_step", s.tokens_per_step()},
+                   {"rounds", s.rounds}, {"proposed", s.proposed}, {"accepted", s.accepted},
+                   {"accepted_hist", s.accepted_hist}, {"draft_ms", s.draft_ms}, {"verify_ms", s.verify_ms},
+                   {"commit_ms", s.commit_ms}, {"messaging_ms", s.messaging_ms}, {"identical_to_plain", r.identical}});
+  }
+  const nlohmann::json doc = {{"prompts", o.prompts}, {"repeat", o.repeat}, {"threads", cpu::num_threads()},
+                              {"plain_step_ms", t_step}, {"results", out}, {"wall_s", total.elapsed_ms() / 1000}};
+  if (!o.json_out.empty()) {
+    std::ofstream(o.json_out) << doc.dump(2) << "\n";
+    std::printf("\nJSON: %s\n", o.json_out.c_str());
+  } else {
+    std::printf("\n%s\n", doc.dump().c_str());
+  }
+  for (const Row& r : rows)
+    if (!r.identical) return 3;  // a lossless engine must never get here
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench_command(CLI::App& app) {
+  auto opts = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "plain vs speculative decoding on a prompt file (JSON + table)");
+  opts->pipeline.add_to(*cmd);
+  cmd->add_option("--prompts", opts->prompts, "JSONL file: {\"prompt\" or \"prompt_ids\", \"max_tokens\"} per line")->capture_default_str();
+  cmd->add_option("--gammas", opts->gammas, "gammas to measure")->delimiter(',')->capture_default_str();
+  cmd->add_option("--repeat", opts->repeat, "runs per configuration (the median is reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tokens", opts->max_tokens, "override every prompt's max_tokens")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", opts->json_out, "write the JSON report to this file");
+  cmd->add_flag("!--no-ngram", opts->ngram, "skip the n-gram drafter");
+  return [opts] { return run_bench(*opts); };
+}
+
+}  // namespace specpipe::app
