@@ -6,9 +6,9 @@
 
 namespace specpipe::actors {
 
-Engine::Engine(const EngineConfig& config) : parts_(load_pipeline(config.pipeline)) {
+Engine::Engine(const PipelineConfig& config) : parts_(load_pipeline(config)) {
   caf_config_ = std::make_unique<caf::actor_system_config>();
-  caf_config_->set("scheduler.max-threads", std::max<size_t>(1, config.actor_threads));
+  caf_config_->set("scheduler.max-threads", static_cast<size_t>(std::max(1, config.scheduler.actor_threads)));
   caf_config_->set("logger.verbosity", caf::atom("quiet"));
   system_ = std::make_unique<caf::actor_system>(*caf_config_);
   peers_ = spawn_pipeline(*system_, parts_);

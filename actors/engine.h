@@ -17,13 +17,6 @@ class actor_system_config;
 
 namespace specpipe::actors {
 
-struct EngineConfig {
-  PipelineConfig pipeline;
-  /// CAF scheduler threads. 1 suits the CPU backend: the kernels have their own pool,
-  /// and rounds are sequential anyway; more only adds idle polling threads.
-  size_t actor_threads = 1;
-};
-
 struct RequestSpec {
   std::vector<int32_t> prompt;
   GenerationParams params;
@@ -33,7 +26,10 @@ struct RequestSpec {
 
 class Engine {
  public:
-  explicit Engine(const EngineConfig& config);
+  /// Loads the pipeline and starts its actors. config.scheduler.actor_threads CAF threads:
+  /// 1 suits the CPU backend (the kernels have their own pool and rounds are sequential;
+  /// more threads only poll).
+  explicit Engine(const PipelineConfig& config);
   ~Engine();  ///< cancels what is running and stops the actors
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -14,27 +14,9 @@
 #include "model/tokenizer/tokenizer.h"
 #include "model/transformer.h"
 #include "pipeline/drafter.h"
-#include "pipeline/ngram_drafter.h"
+#include "pipeline/pipeline_config.h"
 
 namespace specpipe::actors {
-
-enum class DrafterKind { model, ngram, none };
-DrafterKind parse_drafter_kind(const std::string& text);
-const char* to_string(DrafterKind kind);
-
-struct PipelineConfig {
-  std::string target = "demo-target";  ///< model directory or name under models/
-  std::string draft = "demo-draft";    ///< draft model (DrafterKind::model)
-  DrafterKind drafter = DrafterKind::model;
-  NgramConfig ngram;
-  int32_t gamma = 4;
-  int32_t max_gamma = 16;
-  int64_t kv_tokens = 16384;  ///< capacity of the target KV (and of the draft's)
-  int32_t block_size = 16;
-  int32_t prefill_chunk = 256;
-  int32_t max_batch = 32;
-  int32_t max_queue = 1024;
-};
 
 /// What the actors own, loaded and ready.
 struct PipelineParts {

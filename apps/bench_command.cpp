@@ -103,8 +103,8 @@ struct Row {
 
 int run_bench(const BenchOptions& o) {
   std::vector<Row> rows;
-  actors::EngineConfig plain_cfg = o.pipeline.engine_config();
-  plain_cfg.pipeline.drafter = actors::DrafterKind::none;
+  PipelineConfig plain_cfg = o.pipeline.engine_config();
+  plain_cfg.drafter.type = DrafterKind::none;
   Stopwatch total;
   RunResult plain;
   std::vector<Prompt> prompts;
@@ -118,9 +118,8 @@ int run_bench(const BenchOptions& o) {
   const double t_step = plain.stats.verify_ms / static_cast<double>(plain.stats.rounds);
   rows.push_back({"plain", 0, plain, true, 1.0, 1.0});
 
-  auto add_spec = [&](actors::EngineConfig cfg, const std::string& name, int32_t gamma) {
-    cfg.pipeline.gamma = gamma;
-    cfg.pipeline.ngram.max_proposals = std::max(1, gamma);
+  auto add_spec = [&](PipelineConfig cfg, const std::string& name, int32_t gamma) {
+    cfg.drafter.gamma = gamma;
     actors::Engine engine(cfg);
     run_config(engine, prompts, gamma);
     RunResult r = median_run(engine, prompts, gamma, o.repeat);
@@ -129,12 +128,12 @@ int run_bench(const BenchOptions& o) {
     const double predicted = s.tokens_per_step() * t_step / per_round;
     rows.push_back({name, gamma, r, r.outputs == plain.outputs, r.tok_per_s / plain.tok_per_s, predicted});
   };
-  actors::EngineConfig model_cfg = o.pipeline.engine_config();
-  model_cfg.pipeline.drafter = actors::DrafterKind::model;
+  PipelineConfig model_cfg = o.pipeline.engine_config();
+  model_cfg.drafter.type = DrafterKind::model;
   for (int32_t g : o.gammas) add_spec(model_cfg, "draft model", g);
   if (o.ngram) {
-    actors::EngineConfig ngram_cfg = o.pipeline.engine_config();
-    ngram_cfg.pipeline.drafter = actors::DrafterKind::ngram;
+    PipelineConfig ngram_cfg = o.pipeline.engine_config();
+    ngram_cfg.drafter.type = DrafterKind::ngram;
     for (int32_t g : o.gammas) add_spec(ngram_cfg, "ngram", g);
   }
 

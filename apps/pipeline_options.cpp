@@ -22,21 +22,19 @@ void PipelineOptions::add_to(CLI::App& cmd) {
   cmd.add_option("--max-batch", max_batch, "sequences per round")->capture_default_str()->check(CLI::PositiveNumber);
 }
 
-actors::EngineConfig PipelineOptions::engine_config() const {
-  actors::EngineConfig e;
-  actors::PipelineConfig& p = e.pipeline;
-  p.target = model;
-  p.draft = draft;
-  p.drafter = no_spec ? actors::DrafterKind::none : actors::parse_drafter_kind(drafter);
-  p.gamma = gamma;
-  p.ngram.max_ngram = ngram_max;
-  p.ngram.min_ngram = ngram_min;
-  p.ngram.max_proposals = std::max(1, gamma);
-  p.kv_tokens = kv_tokens;
-  p.block_size = block_size;
-  p.prefill_chunk = prefill_chunk;
-  p.max_batch = max_batch;
-  return e;
+PipelineConfig PipelineOptions::engine_config() const {
+  PipelineConfig p;
+  p.models.target = model;
+  p.models.draft = draft;
+  p.drafter.type = no_spec ? DrafterKind::none : parse_drafter_kind(drafter);
+  p.drafter.gamma = gamma;
+  p.drafter.ngram.max_ngram = ngram_max;
+  p.drafter.ngram.min_ngram = ngram_min;
+  p.kv.tokens = kv_tokens;
+  p.kv.block_size = block_size;
+  p.scheduler.prefill_chunk = prefill_chunk;
+  p.scheduler.max_batch = max_batch;
+  return p;
 }
 
 std::string format_summary(const actors::Completion& c, const PipelineOptions& o) {

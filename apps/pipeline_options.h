@@ -22,7 +22,8 @@ struct PipelineOptions {
   int32_t max_batch = 32;
 
   void add_to(CLI::App& cmd);
-  actors::EngineConfig engine_config() const;
+  /// The pipeline: `--config FILE` if given, with these options applied on top when set.
+  PipelineConfig engine_config() const;
 };
 
 /// The per-request statistics block printed after generation.

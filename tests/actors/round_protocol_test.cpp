@@ -41,10 +41,10 @@ struct Fixture : test_coordinator_fixture<> {
 
   static PipelineConfig config() {
     PipelineConfig c;
-    c.target = specpipe::test::model_dir("demo-target").string();
-    c.draft = specpipe::test::model_dir("demo-draft").string();
-    c.gamma = 4;
-    c.kv_tokens = 4096;
+    c.models.target = specpipe::test::model_dir("demo-target").string();
+    c.models.draft = specpipe::test::model_dir("demo-draft").string();
+    c.drafter.gamma = 4;
+    c.kv.tokens = 4096;
     return c;
   }
 };

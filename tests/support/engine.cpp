@@ -4,13 +4,13 @@
 
 namespace specpipe::test {
 
-actors::EngineConfig demo_engine_config(int32_t gamma, int32_t block_size) {
-  actors::EngineConfig c;
-  c.pipeline.target = model_dir("demo-target").string();
-  c.pipeline.draft = model_dir("demo-draft").string();
-  c.pipeline.gamma = gamma;
-  c.pipeline.block_size = block_size;
-  c.pipeline.kv_tokens = 32768;
+PipelineConfig demo_engine_config(int32_t gamma, int32_t block_size) {
+  PipelineConfig c;
+  c.models.target = model_dir("demo-target").string();
+  c.models.draft = model_dir("demo-draft").string();
+  c.drafter.gamma = gamma;
+  c.kv.block_size = block_size;
+  c.kv.tokens = 32768;
   return c;
 }
 

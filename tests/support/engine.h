@@ -10,7 +10,7 @@
 namespace specpipe::test {
 
 /// An engine on the vendored demo pair with test-friendly defaults.
-actors::EngineConfig demo_engine_config(int32_t gamma = 4, int32_t block_size = 16);
+PipelineConfig demo_engine_config(int32_t gamma = 4, int32_t block_size = 16);
 
 /// Collects completions of many concurrent requests; wait() blocks until `expected`
 /// have completed.

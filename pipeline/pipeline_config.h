@@ -1,0 +1,81 @@
+#pragma once
+/// The typed description of a pipeline, parsed once from a YAML file (docs/CONFIG.md);
+/// nothing downstream reads raw YAML. Every field has the default an empty file gets:
+/// the embedded demo pair on the CPU.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "pipeline/ngram_drafter.h"
+
+namespace specpipe {
+
+/// What fills the `drafter` slot.
+enum class DrafterKind { model, ngram, none };
+DrafterKind parse_drafter_kind(const std::string& text);  ///< "model", "ngram", "none"
+const char* to_string(DrafterKind kind);
+
+struct ModelsConfig {
+  std::string target = "demo-target";  ///< directory, or a name under models/ ($SPECPIPE_MODELS)
+  std::string draft = "demo-draft";    ///< used when the drafter is `model`
+};
+
+struct KvConfig {
+  int64_t tokens = 16384;   ///< target KV capacity in tokens (the draft model's is as large)
+  int32_t block_size = 16;  ///< tokens per block
+  bool prefix_cache = true;
+};
+
+struct DrafterConfig {
+  DrafterKind type = DrafterKind::model;
+  int32_t gamma = 4;       ///< drafts per round (requests may ask for another, up to max_gamma)
+  int32_t max_gamma = 16;
+  NgramConfig ngram;       ///< for type ngram (max_proposals follows gamma)
+};
+
+struct SchedulerSection {
+  int32_t max_batch = 32;      ///< sequences per round
+  int32_t max_queue = 1024;    ///< waiting requests before new ones are refused ("overloaded")
+  int32_t prefill_chunk = 256; ///< prompt tokens per sequence per prefill forward
+  int32_t actor_threads = 1;   ///< CAF scheduler threads
+};
+
+struct ServerConfig {
+  std::string endpoint = "tcp://127.0.0.1:5555";  ///< ZeroMQ ROUTER bind address
+  int64_t max_message_bytes = 1 << 20;  ///< larger requests get a too_large error
+  int32_t max_inflight = 256;           ///< requests in the pipeline before "overloaded"
+  int32_t shutdown_grace_ms = 5000;     ///< SIGINT/SIGTERM: time in-flight requests get to finish
+};
+
+/// Request parameters a client leaves out.
+struct RequestDefaults {
+  int32_t max_tokens = 64;
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  bool stop_at_eos = true;
+};
+
+struct PipelineConfig {
+  int32_t version = 1;
+  ModelsConfig models;
+  std::string device = "cpu";  ///< "cpu" (CUDA: "cuda:N", where built)
+  int32_t threads = 0;         ///< CPU kernel threads, 0 = $SPECPIPE_THREADS or all cores
+  KvConfig kv;
+  DrafterConfig drafter;       ///< slots.drafter
+  SchedulerSection scheduler;
+  ServerConfig server;
+  RequestDefaults defaults;
+  std::string log_level = "warn";
+};
+
+/// Parses a pipeline YAML file. Throws specpipe::Error whose message starts with the file
+/// and the key path, e.g. "pipeline.yaml: slots.drafter.gamma: expected an integer in
+/// [0, 16], got 40": not_found (missing file), invalid_argument (malformed YAML, unknown
+/// key, wrong type, out of range, model directory that does not exist).
+PipelineConfig load_pipeline_config(const std::filesystem::path& file);
+/// The same from text; `source` names it in messages.
+PipelineConfig parse_pipeline_config(std::string_view yaml, std::string_view source);
+
+}  // namespace specpipe
