@@ -71,9 +71,9 @@ struct PipelineConfig {
 };
 
 /// Parses a pipeline YAML file. Throws specpipe::Error whose message starts with the file
-/// and the key path, e.g. "pipeline.yaml: slots.drafter.gamma: expected an integer in
-/// [0, 16], got 40": not_found (missing file), invalid_argument (malformed YAML, unknown
-/// key, wrong type, out of range, model directory that does not exist).
+/// and the key path, e.g. "pipeline.yaml: slots.drafter.gamma: 40 is out of range
+/// [0, 16] (max_gamma)": not_found (missing file), invalid_argument (malformed YAML,
+/// unknown key, wrong type, out of range, model directory that does not exist).
 PipelineConfig load_pipeline_config(const std::filesystem::path& file);
 /// The same from text; `source` names it in messages.
 PipelineConfig parse_pipeline_config(std::string_view yaml, std::string_view source);

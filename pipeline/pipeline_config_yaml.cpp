@@ -1,0 +1,193 @@
+// The pipeline YAML schema: which keys exist, their types and ranges (docs/CONFIG.md is
+// the same table for people), and the checks that span keys. The typed reading lives
+// in config_section.h; this file only says what to read.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "model/load_model.h"
+#include "pipeline/config_section.h"
+#include "pipeline/pipeline_config.h"
+
+namespace specpipe {
+namespace {
+
+namespace fs = std::filesystem;
+using config_yaml::IntRange;
+using config_yaml::RealRange;
+using config_yaml::Section;
+
+constexpr int64_t kMillion = 1'000'000;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void read_kv(const Section& top, KvConfig& kv) {
+  const Section s = top.child("kv", {"tokens", "block_size", "prefix_cache"});
+  s.read("tokens", kv.tokens, IntRange{1, int64_t{1} << 31});
+  s.read("block_size", kv.block_size, IntRange{1, 1024});
+  s.read("prefix_cache", kv.prefix_cache);
+  if (kv.tokens < kv.block_size)
+    s.fail("tokens", fmt::format("{} is less than kv.block_size ({}): the pool must hold a block",
+                                 kv.tokens, kv.block_size));
+}
+
+void read_drafter(const Section& slots, DrafterConfig& d) {
+  const Section s = slots.child("drafter", {"type", "gamma", "max_gamma", "ngram"});
+  std::string type = to_string(d.type);
+  s.read_choice("type", type, {"model", "ngram", "none"});
+  d.type = parse_drafter_kind(type);
+  s.read("gamma", d.gamma, IntRange{0, 64});
+  s.read("max_gamma", d.max_gamma, IntRange{0, 64});
+  if (d.gamma > d.max_gamma)
+    s.fail("gamma", fmt::format("{} is out of range [0, {}] (max_gamma)", d.gamma, d.max_gamma));
+  const Section ngram = s.child("ngram", {"max_n", "min_n"});
+  ngram.read("max_n", d.ngram.max_ngram, IntRange{1, 16});
+  ngram.read("min_n", d.ngram.min_ngram, IntRange{1, 16});
+  if (d.ngram.min_ngram > d.ngram.max_ngram)
+    ngram.fail("min_n", fmt::format("{} is greater than max_n ({})", d.ngram.min_ngram, d.ngram.max_ngram));
+}
+
+/// A slot that has one built-in strategy so far; its plugins arrive later. Only
+/// validated: PipelineConfig has nothing to record until there is a choice.
+void read_builtin_slot(const Section& slots, std::string_view slot, std::string_view builtin) {
+  std::string type(builtin);
+  slots.child(slot, {"type"}).read_choice("type", type, {builtin});
+}
+
+void read_slots(const Section& top, DrafterConfig& drafter) {
+  const Section s = top.child("slots", {"drafter", "verify_plan", "kv_write", "acceptance"});
+  read_drafter(s, drafter);
+  read_builtin_slot(s, "verify_plan", "fixed");
+  read_builtin_slot(s, "kv_write", "direct");
+  read_builtin_slot(s, "acceptance", "standard");
+}
+
+void read_scheduler(const Section& top, SchedulerSection& c) {
+  const Section s = top.child("scheduler", {"max_batch", "max_queue", "prefill_chunk", "actor_threads"});
+  s.read("max_batch", c.max_batch, IntRange{1, 4096});
+  s.read("max_queue", c.max_queue, IntRange{1, kMillion});
+  s.read("prefill_chunk", c.prefill_chunk, IntRange{1, 65536});
+  s.read("actor_threads", c.actor_threads, IntRange{1, 64});
+}
+
+void read_server(const Section& top, ServerConfig& c) {
+  const Section s = top.child("server", {"endpoint", "max_message_bytes", "max_inflight", "shutdown_grace_ms"});
+  s.read("endpoint", c.endpoint);
+  bool known_transport = false;
+  for (const std::string_view scheme : {"tcp://", "ipc://", "inproc://"})
+    known_transport |= c.endpoint.starts_with(scheme) && c.endpoint.size() > scheme.size();
+  if (!known_transport)
+    s.fail("endpoint", fmt::format("\"{}\" is not a ZeroMQ address (tcp://, ipc:// or inproc://, then the address)",
+                                   c.endpoint));
+  s.read("max_message_bytes", c.max_message_bytes, IntRange{256, int64_t{1} << 30});
+  s.read("max_inflight", c.max_inflight, IntRange{1, kMillion});
+  s.read("shutdown_grace_ms", c.shutdown_grace_ms, IntRange{0, 600'000});
+}
+
+void read_defaults(const Section& top, RequestDefaults& c) {
+  const Section s = top.child("defaults", {"max_tokens", "temperature", "top_k", "top_p", "stop_at_eos"});
+  s.read("max_tokens", c.max_tokens, IntRange{0, kMillion});
+  s.read("temperature", c.temperature, RealRange{0, kInf});
+  s.read("top_k", c.top_k, IntRange{0, kInt32Max});
+  s.read("top_p", c.top_p, RealRange{0, 1, /*lo_open=*/true});
+  s.read("stop_at_eos", c.stop_at_eos);
+}
+
+void read_device(const Section& top, std::string& device) {
+  top.read("device", device);
+  try {
+    device = Device::parse(device).to_string();  // "cuda" is "cuda:0"
+  } catch (const Error&) {
+    top.fail("device", fmt::format("expected cpu or cuda:N, got \"{}\"", device));
+  }
+}
+
+/// Keeps a model value the engine can resolve again (resolve_model_dir) from any working
+/// directory: a directory relative to the config file becomes that absolute path; a
+/// name or any other directory stays as written once it is known to resolve.
+void resolve_model(const Section& models, std::string_view key, std::string& value,
+                   const std::optional<fs::path>& config_dir) {
+  std::optional<fs::path> beside;
+  if (config_dir && fs::path(value).is_relative()) {
+    beside = (*config_dir / value).lexically_normal();
+    if (fs::is_directory(*beside)) {
+      value = beside->string();
+      return;
+    }
+  }
+  try {
+    resolve_model_dir(value);
+  } catch (const Error& e) {
+    models.fail(key, beside ? fmt::format("{}, nor beside the config file ({})", e.what(), beside->string())
+                            : std::string(e.what()));
+  }
+}
+
+PipelineConfig read_document(const YAML::Node& root, std::string_view source,
+                             const std::optional<fs::path>& config_dir) {
+  PipelineConfig c;
+  const Section top(root, "", std::string(source),
+                    {"version", "models", "device", "threads", "kv", "slots", "scheduler", "server", "defaults",
+                     "logging"});
+  top.read("version", c.version, IntRange{std::numeric_limits<int32_t>::min(), kInt32Max});
+  if (c.version != 1) top.fail("version", fmt::format("version {} is not supported (this build reads 1)", c.version));
+  const Section models = top.child("models", {"target", "draft"});
+  models.read("target", c.models.target);
+  models.read("draft", c.models.draft);
+  read_device(top, c.device);
+  top.read("threads", c.threads, IntRange{0, 4096});
+  read_kv(top, c.kv);
+  read_slots(top, c.drafter);
+  read_scheduler(top, c.scheduler);
+  read_server(top, c.server);
+  read_defaults(top, c.defaults);
+  top.child("logging", {"level"}).read_choice("level", c.log_level,
+                                              {"trace", "debug", "info", "warn", "error", "off"});
+  // Last, so that a typo anywhere is reported before a model lookup that may list paths.
+  resolve_model(models, "target", c.models.target, config_dir);
+  if (c.drafter.type == DrafterKind::model) resolve_model(models, "draft", c.models.draft, config_dir);
+  return c;
+}
+
+PipelineConfig parse_text(std::string_view yaml, std::string_view source,
+                          const std::optional<fs::path>& config_dir) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yaml));
+  } catch (const YAML::ParserException& e) {
+    fail(ErrorCode::invalid_argument, "{}: line {}, column {}: malformed YAML: {}", source, e.mark.line + 1,
+         e.mark.column + 1, e.msg);
+  }
+  if (documents.size() > 1)
+    fail(ErrorCode::invalid_argument, "{}: holds {} YAML documents, expected one", source, documents.size());
+  return read_document(documents.empty() ? YAML::Node() : documents.front(), source, config_dir);
+}
+
+}  // namespace
+
+PipelineConfig parse_pipeline_config(std::string_view yaml, std::string_view source) {
+  return parse_text(yaml, source, std::nullopt);
+}
+
+PipelineConfig load_pipeline_config(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) fail(ErrorCode::not_found, "{}: no such pipeline config file", file.string());
+  if (!fs::is_regular_file(file, ec))
+    fail(ErrorCode::invalid_argument, "{}: not a regular file, expected a pipeline config", file.string());
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(ErrorCode::io, "{}: cannot open the pipeline config", file.string());
+  // An empty file sets failbit on `text` (nothing was inserted): that is the empty config.
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(ErrorCode::io, "{}: cannot read the pipeline config", file.string());
+  return parse_text(text.str(), file.string(), fs::absolute(file).parent_path());
+}
+
+}  // namespace specpipe
