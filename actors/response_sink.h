@@ -22,7 +22,10 @@ struct Completion {
   std::vector<int32_t> tokens;  ///< every generated token
   std::string text;
   FinishReason reason = FinishReason::length;
-  std::string error;            ///< set when reason == error
+  /// When reason == error: a protocol error code (docs/PROTOCOL.md): bad_request,
+  /// out_of_capacity, overloaded, duplicate_id or internal; and a message.
+  std::string error_code;
+  std::string error;
   SpecStats stats;              ///< this request's speculation statistics
 };
 

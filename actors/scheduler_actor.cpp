@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "actors/response_sink.h"
 #include "core/error.h"
@@ -54,40 +55,48 @@ class Scheduler : public scheduler_actor::base {
 
   int64_t blocks_for(int64_t tokens) const { return (tokens + cfg().block_size - 1) / cfg().block_size; }
 
+  struct Refusal {
+    std::string code, message;
+  };
+
   /// A refusal before any work: completion with an error, nothing held.
-  void refuse(const SubmitRequest& r, const std::string& why) {
+  void refuse(const SubmitRequest& r, const Refusal& why) {
     Completion c;
     c.id = r.id;
     c.reason = FinishReason::error;
-    c.error = why;
+    c.error_code = why.code;
+    c.error = why.message;
     if (r.sink) r.sink->on_complete(c);
   }
 
-  std::string validate(const SubmitRequest& r, int32_t gamma) const {
+  std::optional<Refusal> validate(const SubmitRequest& r, int32_t gamma) const {
     const auto& p = r.params;
-    if (r.prompt.empty()) return "the prompt is empty";
-    if (p.max_tokens < 0) return "max_tokens must not be negative";
-    if (!std::isfinite(p.sampling.temperature) || p.sampling.temperature < 0) return "temperature must be a finite number >= 0";
-    if (!(p.sampling.top_p > 0.0f && p.sampling.top_p <= 1.0f)) return "top_p must be in (0, 1]";
-    if (p.sampling.top_k < 0) return "top_k must not be negative";
-    if (gamma < 0 || gamma > cfg().max_gamma) return fmt::format("gamma must be in [0, {}]", cfg().max_gamma);
+    auto bad = [](std::string m) { return Refusal{"bad_request", std::move(m)}; };
+    if (r.prompt.empty()) return bad("the prompt is empty");
+    if (p.max_tokens < 0) return bad("max_tokens must not be negative");
+    if (!std::isfinite(p.sampling.temperature) || p.sampling.temperature < 0) return bad("temperature must be a finite number >= 0");
+    if (!(p.sampling.top_p > 0.0f && p.sampling.top_p <= 1.0f)) return bad("top_p must be in (0, 1]");
+    if (p.sampling.top_k < 0) return bad("top_k must not be negative");
+    if (gamma < 0 || gamma > cfg().max_gamma) return bad(fmt::format("gamma must be in [0, {}]", cfg().max_gamma));
     for (const auto& s : r.stop)
-      if (s.empty()) return "stop strings must not be empty";
+      if (s.empty()) return bad("stop strings must not be empty");
     if (static_cast<int64_t>(r.prompt.size()) >= cfg().max_positions)
-      return fmt::format("prompt of {} tokens does not fit the model's {} positions", r.prompt.size(), cfg().max_positions);
+      return Refusal{"out_of_capacity", fmt::format("prompt of {} tokens does not fit the model's {} positions",
+                                                    r.prompt.size(), cfg().max_positions)};
     const int64_t need = blocks_for(static_cast<int64_t>(r.prompt.size()) + p.max_tokens + gamma + 1);
     if (need > cfg().kv_blocks)
-      return fmt::format("out of KV capacity: prompt of {} tokens + {} new tokens needs {} KV blocks, the store has {}",
-                         r.prompt.size(), p.max_tokens, need, cfg().kv_blocks);
-    return {};
+      return Refusal{"out_of_capacity",
+                     fmt::format("prompt of {} tokens + {} new tokens needs {} KV blocks, the store has {}",
+                                 r.prompt.size(), p.max_tokens, need, cfg().kv_blocks)};
+    return std::nullopt;
   }
 
   void submit(SubmitRequest&& r) {
-    if (requests_.count(r.id)) return refuse(r, fmt::format("request id {} is already in use", r.id));
+    if (requests_.count(r.id)) return refuse(r, {"duplicate_id", fmt::format("request id {} is already in use", r.id)});
     const int32_t gamma = !cfg().speculative ? 0 : r.gamma < 0 ? cfg().default_gamma : r.gamma;
-    if (std::string why = validate(r, gamma); !why.empty()) return refuse(r, why);
+    if (auto why = validate(r, gamma)) return refuse(r, *why);
     if (static_cast<int32_t>(waiting_.size()) >= cfg().max_queue)
-      return refuse(r, fmt::format("overloaded: {} requests are waiting", waiting_.size()));
+      return refuse(r, {"overloaded", fmt::format("{} requests are waiting", waiting_.size())});
     Request q;
     q.gamma = gamma;
     q.budget_blocks = blocks_for(static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens + gamma + 1);
@@ -260,6 +269,7 @@ class Scheduler : public scheduler_actor::base {
       if (!s.text.empty() && r.spec.sink) r.spec.sink->on_delta({id, {}, s.text});
     }
     c.reason = error.empty() ? reason : FinishReason::error;
+    c.error_code = error.empty() ? "" : "internal";
     c.error = error;
     c.tokens = r.out->tokens();
     c.text = r.out->text();

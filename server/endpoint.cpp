@@ -1,0 +1,240 @@
+#include "server/endpoint.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <zmq.hpp>
+
+#include "core/error.h"
+#include "server/protocol.h"
+
+namespace specpipe::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// A reply waiting for the socket thread.
+struct Outgoing {
+  std::string peer;       // ROUTER identity of the connection
+  bool delimiter;         // the peer is a REQ socket: replies need the empty frame
+  std::string request;    // the client's id
+  std::string payload;
+  bool final;             // the request is over
+};
+
+}  // namespace
+
+struct Endpoint::Impl {
+  actors::Engine& engine;
+  PipelineConfig config;
+  zmq::context_t context{1};
+  zmq::socket_t socket{context, zmq::socket_type::router};
+  int wake_fd = -1;
+  std::atomic<bool> stop_requested{false};
+
+  std::mutex mutex;                 // guards outbox (filled by sinks on actor threads)
+  std::deque<Outgoing> outbox;
+
+  /// A request in the pipeline, keyed by (peer, client id).
+  struct Inflight {
+    RequestId engine_id;
+    bool delimiter;
+    bool cancelled = false;
+  };
+  std::map<std::pair<std::string, std::string>, Inflight> inflight;
+
+  Impl(actors::Engine& e, const PipelineConfig& c) : engine(e), config(c) {
+    wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd < 0) fail(ErrorCode::io, "endpoint: cannot create an eventfd");
+    socket.set(zmq::sockopt::router_mandatory, 1);  // sends to a vanished peer fail: we cancel
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::heartbeat_ivl, 1000);
+    socket.set(zmq::sockopt::heartbeat_timeout, 5000);
+    // A hard cap far above the protocol limit: beyond it ZeroMQ drops the connection
+    // before buffering the message at all; below it we answer too_large.
+    socket.set(zmq::sockopt::maxmsgsize, std::max<int64_t>(c.server.max_message_bytes * 16, 1 << 20));
+  }
+  ~Impl() { ::close(wake_fd); }
+
+  void wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  void post(Outgoing o) {
+    {
+      std::lock_guard lock(mutex);
+      outbox.push_back(std::move(o));
+    }
+    wake();
+  }
+
+  /// Sends one reply; false if the peer is gone.
+  bool send(const std::string& peer, bool delimiter, const std::string& payload) {
+    try {
+      socket.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      if (delimiter) socket.send(zmq::message_t{}, zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      socket.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+      return true;
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EHOSTUNREACH || e.num() == EAGAIN) return false;
+      throw;
+    }
+  }
+
+  /// The connection is gone: its streaming requests are cancelled so their KV is freed.
+  void peer_gone(const std::string& peer) {
+    for (auto& [key, f] : inflight)
+      if (key.first == peer && !f.cancelled) {
+        f.cancelled = true;
+        engine.cancel(f.engine_id);
+      }
+  }
+
+  void flush_outbox() {
+    uint64_t counter;
+    [[maybe_unused]] ssize_t n = ::read(wake_fd, &counter, sizeof counter);
+    std::deque<Outgoing> batch;
+    {
+      std::lock_guard lock(mutex);
+      batch.swap(outbox);
+    }
+    for (Outgoing& o : batch) {
+      if (!send(o.peer, o.delimiter, o.payload)) peer_gone(o.peer);
+      if (o.final) inflight.erase({o.peer, o.request});
+    }
+  }
+
+  void reply(const std::string& peer, bool delimiter, const std::string& payload) {
+    if (!send(peer, delimiter, payload)) peer_gone(peer);
+  }
+
+  void handle(const std::string& peer, bool delimiter, std::string_view bytes) {
+    auto parsed = parse_request(bytes, config.defaults, static_cast<size_t>(config.server.max_message_bytes));
+    if (auto* rej = std::get_if<Rejection>(&parsed)) return reply(peer, delimiter, error_reply(rej->id, rej->code, rej->message));
+    Request& r = std::get<Request>(parsed);
+    switch (r.type) {
+      case RequestType::health: {
+        nlohmann::json j = {{"v", kProtocolVersion}, {"id", r.id}, {"type", "health"},
+                            {"status", stop_requested ? "shutting_down" : "ok"}, {"model", config.models.target},
+                            {"drafter", to_string(config.drafter.type)}, {"inflight", inflight.size()},
+                            {"protocol", kProtocolVersion}};
+        return reply(peer, delimiter, j.dump());
+      }
+      case RequestType::stats: {
+        nlohmann::json j = {{"v", kProtocolVersion}, {"id", r.id}, {"type", "stats"},
+                            {"stats", stats_json(engine.stats())}, {"kv", kv_json(engine.kv_occupancy())},
+                            {"draft_kv", kv_json(engine.draft_kv_occupancy())}, {"inflight", inflight.size()}};
+        return reply(peer, delimiter, j.dump());
+      }
+      case RequestType::cancel: {
+        auto it = inflight.find({peer, r.target});
+        if (it == inflight.end())
+          return reply(peer, delimiter, error_reply(r.id, "not_found", fmt::format("no request '{}' in flight", r.target)));
+        it->second.cancelled = true;
+        engine.cancel(it->second.engine_id);
+        return reply(peer, delimiter, cancelled_reply(r.id, r.target));
+      }
+      case RequestType::generate: return generate(peer, delimiter, r);
+    }
+  }
+
+  void generate(const std::string& peer, bool delimiter, Request& r) {
+    if (stop_requested) return reply(peer, delimiter, error_reply(r.id, "shutting_down", "the server is shutting down"));
+    if (inflight.count({peer, r.id}))
+      return reply(peer, delimiter, error_reply(r.id, "duplicate_id", fmt::format("request '{}' is already in flight", r.id)));
+    if (static_cast<int32_t>(inflight.size()) >= config.server.max_inflight)
+      return reply(peer, delimiter, error_reply(r.id, "overloaded",
+                                                fmt::format("{} requests in flight; retry later", inflight.size())));
+    if (r.prompt_text) {
+      try {
+        r.spec.prompt = engine.tokenizer().encode(*r.prompt_text);
+      } catch (const std::exception& e) {
+        return reply(peer, delimiter, error_reply(r.id, "bad_request", fmt::format("prompt: {}", e.what())));
+      }
+    }
+    const int32_t vocab = engine.parts().target->config().vocab_size;
+    for (int32_t t : r.spec.prompt)
+      if (t >= vocab)
+        return reply(peer, delimiter, error_reply(r.id, "bad_request", fmt::format("prompt_ids: {} is not below the vocabulary size {}", t, vocab)));
+    const std::string id = r.id;
+    const bool stream = r.stream;
+    auto sink = std::make_shared<actors::CallbackSink>(
+        [this, peer, delimiter, id, stream](const actors::TokenDelta& d) {
+          if (stream && !d.tokens.empty()) post({peer, delimiter, id, delta_reply(id, d), false});
+          else if (stream && !d.text.empty()) post({peer, delimiter, id, delta_reply(id, d), false});
+        },
+        [this, peer, delimiter, id](const actors::Completion& c) { post({peer, delimiter, id, final_reply(id, c), true}); });
+    inflight[{peer, id}] = {0, delimiter};
+    inflight[{peer, id}].engine_id = engine.submit(std::move(r.spec), sink);
+  }
+
+  void receive() {
+    std::vector<zmq::message_t> frames;
+    while (true) {
+      frames.clear();
+      zmq::message_t frame;
+      if (!socket.recv(frame, zmq::recv_flags::dontwait)) return;
+      frames.push_back(std::move(frame));
+      while (frames.back().more()) {
+        zmq::message_t next;
+        if (!socket.recv(next)) break;
+        frames.push_back(std::move(next));
+      }
+      // DEALER: [identity, payload]; REQ: [identity, empty, payload].
+      if (frames.size() < 2) continue;
+      const std::string peer = frames[0].to_string();
+      const bool delimiter = frames.size() >= 3 && frames[1].size() == 0;
+      const zmq::message_t& payload = frames.back();
+      handle(peer, delimiter, std::string_view(static_cast<const char*>(payload.data()), payload.size()));
+    }
+  }
+};
+
+Endpoint::Endpoint(actors::Engine& engine, const PipelineConfig& config)
+    : impl_(std::make_unique<Impl>(engine, config)) {
+  try {
+    impl_->socket.bind(config.server.endpoint);
+  } catch (const zmq::error_t& e) {
+    fail(ErrorCode::io, "server.endpoint {}: cannot bind: {}", config.server.endpoint, e.what());
+  }
+  address_ = impl_->socket.get(zmq::sockopt::last_endpoint);
+}
+
+Endpoint::~Endpoint() = default;
+
+void Endpoint::stop() {
+  impl_->stop_requested.store(true);
+  impl_->wake();
+}
+
+void Endpoint::run() {
+  Impl& m = *impl_;
+  std::optional<Clock::time_point> deadline;
+  bool cancelled_all = false;
+  for (;;) {
+    zmq::pollitem_t items[] = {{m.socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, m.wake_fd, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(deadline ? 20 : 1000));
+      if (items[0].revents & ZMQ_POLLIN) m.receive();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM) interrupted the wait
+    }
+    m.flush_outbox();
+    if (m.stop_requested && !deadline) {
+      spdlog::info("server: shutting down, {} requests in flight", m.inflight.size());
+      deadline = Clock::now() + std::chrono::milliseconds(m.config.server.shutdown_grace_ms);
+    }
+    if (deadline) {
+      if (m.inflight.empty()) break;
+      if (!cancelled_all && Clock::now() >= *deadline) {
+        for (auto& [key, f] : m.inflight) m.engine.cancel(f.engine_id);
+        cancelled_all = true;
+      }
+    }
+  }
+}
+
+}  // namespace specpipe::server

@@ -1,0 +1,214 @@
+// The ZeroMQ endpoint over real sockets on loopback: streaming equals generation through
+// the engine, many concurrent clients, every malformed input answered with its error
+// code while the server keeps serving, back-pressure, cancel / disconnect freeing KV,
+// and a clean shutdown that still delivers final messages.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/server/server_fixture.h"
+#include "tests/support/engine.h"
+#include "tests/support/golden.h"
+
+namespace specpipe {
+namespace {
+
+using nlohmann::json;
+
+PipelineConfig server_config() {
+  PipelineConfig c = test::demo_engine_config();
+  c.server.max_message_bytes = 64 * 1024;
+  c.scheduler.max_queue = 256;
+  return c;
+}
+
+json kv_of(test::Client& client) {
+  client.send({{"v", 1}, {"id", "kv"}, {"type", "stats"}});
+  return client.wait_for("kv").last["kv"];
+}
+
+class EndpointTest : public ::testing::Test {
+ protected:
+  zmq::context_t context{1};
+};
+
+TEST_F(EndpointTest, StreamedOutputEqualsEngineGenerate) {
+  test::LoopbackServer server(server_config());
+  test::Client client(context, server.address());
+  const std::string prompt = test::golden_public()["cases"][3]["prompt"];
+  client.send(test::generate_request("s1", {{"prompt", prompt}, {"max_tokens", 48}, {"stream", true}, {"ignore_eos", true}}));
+  const auto out = client.wait_for("s1");
+  ASSERT_EQ(out.last["type"], "final") << out.last.dump();
+  EXPECT_GT(out.deltas, 1);
+  EXPECT_EQ(out.streamed_text, out.last["text"].get<std::string>());
+  EXPECT_EQ(out.streamed_tokens, out.last["tokens"].get<std::vector<int32_t>>());
+  EXPECT_EQ(out.last["finish_reason"], "length");
+  EXPECT_GT(out.last["stats"]["accepted"].get<int64_t>(), 0);
+
+  actors::RequestSpec spec = test::greedy_request(server.engine().tokenizer().encode(prompt), 48);
+  const actors::Completion want = server.engine().generate(spec);
+  EXPECT_EQ(out.last["tokens"].get<std::vector<int32_t>>(), want.tokens);
+  EXPECT_EQ(out.last["text"].get<std::string>(), want.text);
+}
+
+TEST_F(EndpointTest, SixtyFourConcurrentClientsEachGetTheirOutput) {
+  test::LoopbackServer server(server_config());
+  const auto& cases = test::golden_public()["cases"];
+  std::vector<std::vector<int32_t>> want(64);
+  for (int i = 0; i < 64; ++i)
+    want[static_cast<size_t>(i)] =
+        server.engine().generate(test::greedy_request(test::ids(cases[static_cast<size_t>(i % 16)]["prompt_ids"]), 8 + i % 17, 1 + i % 5)).tokens;
+  std::atomic<int> correct{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 64; ++i)
+    clients.emplace_back([&, i] {
+      test::Client client(context, server.address());
+      const std::string id = fmt::format("c{}", i);
+      client.send(test::generate_request(id, {{"prompt_ids", cases[static_cast<size_t>(i % 16)]["prompt_ids"]},
+                                             {"max_tokens", 8 + i % 17}, {"gamma", 1 + i % 5},
+                                             {"ignore_eos", true}, {"stream", i % 2 == 0}}));
+      const auto out = client.wait_for(id);
+      if (out.last["type"] == "final" && out.last["tokens"].get<std::vector<int32_t>>() == want[static_cast<size_t>(i)])
+        ++correct;
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(correct.load(), 64);
+}
+
+TEST_F(EndpointTest, MalformedInputsGetTheirErrorCodeAndTheServerKeepsServing) {
+  test::LoopbackServer server(server_config());
+  test::Client client(context, server.address());
+  const std::vector<int32_t> long_prompt(9000, 100);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"this is not json", "malformed_json"},
+      {"[1, 2, 3]", "malformed_json"},
+      {R"({"id": "x", "type": "generate", "prompt": "hi", "temperature": NaN})", "malformed_json"},
+      {std::string(70 * 1024, ' ') + "{}", "too_large"},
+      {R"({"v": 2, "id": "x", "type": "health"})", "unsupported_version"},
+      {R"({"type": "health"})", "bad_request"},
+      {R"({"id": "x", "type": "fly"})", "unknown_type"},
+      {R"({"id": "x", "type": "generate", "prompt": 5})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "prompt_ids": [1]})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "max_tokens": -1})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "max_tokens": "10"})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "temperature": -0.5})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "top_p": 0})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "top_k": 1.5})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "stop": ["", "b"]})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "colour": "red"})", "bad_request"},
+      {R"({"id": "x", "type": "generate", "prompt_ids": [1, 99999]})", "bad_request"},
+      {json{{"id", "x"}, {"type", "generate"}, {"prompt_ids", long_prompt}}.dump(), "out_of_capacity"},
+      {R"({"id": "x", "type": "generate", "prompt": "a", "gamma": 99})", "bad_request"},
+      {R"({"id": "x", "type": "cancel", "target": "nothing"})", "not_found"},
+  };
+  int n = 0;
+  for (const auto& [bytes, code] : cases) {
+    client.send_raw(bytes);
+    const auto reply = client.receive();
+    ASSERT_TRUE(reply) << bytes.substr(0, 80);
+    EXPECT_EQ((*reply)["type"], "error") << bytes.substr(0, 80);
+    EXPECT_EQ((*reply)["code"], code) << bytes.substr(0, 80) << " -> " << reply->dump();
+    EXPECT_FALSE((*reply)["message"].get<std::string>().empty());
+    // The next valid request still succeeds.
+    const std::string id = fmt::format("ok{}", n++);
+    client.send(test::generate_request(id, {{"prompt", "def f(x):"}, {"max_tokens", 4}}));
+    EXPECT_EQ(client.wait_for(id).last["type"], "final") << "after " << bytes.substr(0, 80);
+  }
+}
+
+TEST_F(EndpointTest, DuplicateIdInFlightIsRefused) {
+  test::LoopbackServer server(server_config());
+  test::Client client(context, server.address());
+  client.send(test::generate_request("d", {{"prompt", "import os"}, {"max_tokens", 200}, {"ignore_eos", true}}));
+  client.send(test::generate_request("d", {{"prompt", "import os"}, {"max_tokens", 2}}));
+  bool refused = false, finished = false;
+  while (!(refused && finished)) {
+    const auto reply = client.receive();
+    ASSERT_TRUE(reply);
+    if ((*reply)["type"] == "error") {
+      EXPECT_EQ((*reply)["code"], "duplicate_id");
+      refused = true;
+    }
+    if ((*reply)["type"] == "final") finished = true;
+  }
+}
+
+TEST_F(EndpointTest, CancelMidStreamEndsTheRequestAndFreesItsKv) {
+  test::LoopbackServer server(server_config());
+  test::Client client(context, server.address());
+  const json before = kv_of(client);
+  client.send(test::generate_request("long", {{"prompt", "class A:"}, {"max_tokens", 3000}, {"stream", true}, {"ignore_eos", true}}));
+  ASSERT_EQ((*client.receive())["type"], "delta");
+  client.send({{"v", 1}, {"id", "c"}, {"type", "cancel"}, {"target", "long"}});
+  const auto out = client.wait_for("long");
+  EXPECT_EQ(out.last["type"], "final");
+  EXPECT_EQ(out.last["finish_reason"], "cancelled");
+  EXPECT_LT(out.last["tokens"].size(), 3000u);
+  EXPECT_EQ(kv_of(client), before);
+}
+
+TEST_F(EndpointTest, ClientDisconnectMidStreamFreesItsKv) {
+  test::LoopbackServer server(server_config());
+  test::Client observer(context, server.address());
+  const json before = kv_of(observer);
+  {
+    test::Client client(context, server.address());
+    client.send(test::generate_request("gone", {{"prompt", "class B:"}, {"max_tokens", 3000}, {"stream", true}, {"ignore_eos", true}}));
+    ASSERT_EQ((*client.receive())["type"], "delta");
+    client.close();  // vanish mid-stream
+  }
+  json now;
+  for (int i = 0; i < 200; ++i) {
+    now = kv_of(observer);
+    if (now == before) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(now, before);
+}
+
+TEST_F(EndpointTest, FullServerAnswersOverloaded) {
+  PipelineConfig config = server_config();
+  config.server.max_inflight = 2;
+  test::LoopbackServer server(config);
+  test::Client client(context, server.address());
+  for (const char* id : {"a", "b", "c"})
+    client.send(test::generate_request(id, {{"prompt", "def g():"}, {"max_tokens", 400}, {"ignore_eos", true}}));
+  const auto third = client.wait_for("c");
+  EXPECT_EQ(third.last["code"], "overloaded");
+  EXPECT_EQ(client.wait_for("a").last["type"], "final");
+  EXPECT_EQ(client.wait_for("b").last["type"], "final");
+}
+
+TEST_F(EndpointTest, ShutdownFinishesOrCancelsInFlightRequestsWithAFinalMessage) {
+  PipelineConfig config = server_config();
+  config.server.shutdown_grace_ms = 200;
+  test::LoopbackServer server(config);
+  test::Client client(context, server.address());
+  client.send(test::generate_request("short", {{"prompt", "x = "}, {"max_tokens", 2}}));
+  client.send(test::generate_request("long", {{"prompt", "y = "}, {"max_tokens", 5000}, {"ignore_eos", true}}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread stopper([&] { server.stop(); });  // like SIGTERM: stop() then run() returns
+  const auto s = client.wait_for("short");
+  const auto l = client.wait_for("long");
+  stopper.join();
+  EXPECT_EQ(s.last["type"], "final");
+  EXPECT_EQ(l.last["type"], "final");
+  EXPECT_EQ(l.last["finish_reason"], "cancelled");
+}
+
+TEST_F(EndpointTest, ReqSocketClientsWorkToo) {
+  test::LoopbackServer server(server_config());
+  test::Client client(context, server.address(), zmq::socket_type::req);
+  client.send({{"v", 1}, {"id", "h"}, {"type", "health"}});
+  const auto reply = client.receive();
+  ASSERT_TRUE(reply);
+  EXPECT_EQ((*reply)["status"], "ok");
+  client.send(test::generate_request("g", {{"prompt", "def h():"}, {"max_tokens", 5}}));
+  EXPECT_EQ((*client.receive())["type"], "final");
+}
+
+}  // namespace
+}  // namespace specpipe
