@@ -103,7 +103,8 @@ struct Row {
 
 int run_bench(const BenchOptions& o) {
   std::vector<Row> rows;
-  PipelineConfig plain_cfg = o.pipeline.engine_config();
+  PipelineConfig plain_cfg = o.pipeline.config();
+  apply_process_settings(plain_cfg);
   plain_cfg.drafter.type = DrafterKind::none;
   Stopwatch total;
   RunResult plain;
@@ -128,11 +129,11 @@ int run_bench(const BenchOptions& o) {
     const double predicted = s.tokens_per_step() * t_step / per_round;
     rows.push_back({name, gamma, r, r.outputs == plain.outputs, r.tok_per_s / plain.tok_per_s, predicted});
   };
-  PipelineConfig model_cfg = o.pipeline.engine_config();
+  PipelineConfig model_cfg = o.pipeline.config();
   model_cfg.drafter.type = DrafterKind::model;
   for (int32_t g : o.gammas) add_spec(model_cfg, "draft model", g);
   if (o.ngram) {
-    PipelineConfig ngram_cfg = o.pipeline.engine_config();
+    PipelineConfig ngram_cfg = o.pipeline.config();
     ngram_cfg.drafter.type = DrafterKind::ngram;
     for (int32_t g : o.gammas) add_spec(ngram_cfg, "ngram", g);
   }

@@ -12,5 +12,8 @@ using Runner = std::function<int()>;
 Runner add_generate_command(CLI::App& app);
 Runner add_inspect_command(CLI::App& app);
 Runner add_bench_command(CLI::App& app);
+Runner add_validate_config_command(CLI::App& app);
+Runner add_serve_command(CLI::App& app);
+Runner add_client_command(CLI::App& app);
 
 }  // namespace specpipe::app

@@ -8,15 +8,15 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "apps/pipeline_options.h"
 #include "kernels/cpu/thread_pool.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"specpipe: lossless speculative decoding engine"};
   app.require_subcommand(1);
-  std::string log_level = "warn";
-  int threads = 0;
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
-  app.add_option("--threads", threads, "CPU threads for the kernels (0 = all cores)")->capture_default_str();
+  specpipe::app::GlobalOptions& globals = specpipe::app::global_options();
+  app.add_option("--log-level", globals.log_level, "trace, debug, info, warn, error, off (default: the config's, else warn)");
+  app.add_option("--threads", globals.threads, "CPU threads for the kernels (0 = all cores; default: the config's)");
 
   std::map<CLI::App*, specpipe::app::Runner> runners;
   auto add = [&](auto adder, const char* name) {
@@ -26,11 +26,16 @@ int main(int argc, char** argv) {
   add(specpipe::app::add_generate_command, "generate");
   add(specpipe::app::add_inspect_command, "inspect");
   add(specpipe::app::add_bench_command, "bench");
+  add(specpipe::app::add_validate_config_command, "validate-config");
+  add(specpipe::app::add_serve_command, "serve");
+  add(specpipe::app::add_client_command, "client");
 
   CLI11_PARSE(app, argc, argv);
   try {
-    specpipe::init_logging(log_level);
-    specpipe::cpu::set_num_threads(threads);
+    // Commands that load a pipeline config apply it (apply_process_settings); these
+    // defaults hold for the others.
+    specpipe::init_logging(globals.log_level.empty() ? "warn" : globals.log_level);
+    if (globals.threads >= 0) specpipe::cpu::set_num_threads(globals.threads);
     for (auto& [sub, run] : runners)
       if (sub->parsed()) return run();
   } catch (const specpipe::Error& e) {

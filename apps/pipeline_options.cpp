@@ -2,50 +2,72 @@
 
 #include <fmt/format.h>
 
+#include "core/logging.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace specpipe::app {
 
 void PipelineOptions::add_to(CLI::App& cmd) {
-  cmd.add_option("--model", model, "target model: directory or name under models/")->capture_default_str();
-  cmd.add_option("--draft", draft, "draft model for --drafter model")->capture_default_str();
-  cmd.add_option("--drafter", drafter, "what proposes tokens: model or ngram")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"model", "ngram"}));
-  cmd.add_flag("--no-spec", no_spec, "plain decoding: no drafter, one token per target step");
-  cmd.add_option("--gamma", gamma, "drafts per round")->capture_default_str()->check(CLI::Range(0, 16));
-  cmd.add_option("--ngram-max", ngram_max, "longest n-gram the ngram drafter matches")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--ngram-min", ngram_min, "shortest n-gram the ngram drafter matches")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--kv-tokens", kv_tokens, "KV capacity in tokens (target; the draft's is as large)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--block-size", block_size, "tokens per KV block")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--prefill-chunk", prefill_chunk, "prompt tokens per prefill window")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd.add_option("--max-batch", max_batch, "sequences per round")->capture_default_str()->check(CLI::PositiveNumber);
+  PipelineConfig& d = defaults_;
+  auto add = [&](CLI::Option* opt, void (*apply)(const PipelineOptions&, PipelineConfig&)) {
+    overrides_.emplace_back(opt->capture_default_str(), apply);
+  };
+  cmd.add_option("--config", config_file_, "pipeline YAML file (docs/CONFIG.md); options below override it");
+  add(cmd.add_option("--model", d.models.target, "target model: directory or name under models/"),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.models.target = o.defaults_.models.target; });
+  add(cmd.add_option("--draft", d.models.draft, "draft model for --drafter model"),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.models.draft = o.defaults_.models.draft; });
+  add(cmd.add_option("--drafter", drafter_, "what proposes tokens: model or ngram")->check(CLI::IsMember({"model", "ngram"})),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.drafter.type = parse_drafter_kind(o.drafter_); });
+  add(cmd.add_flag("--no-spec", no_spec_, "plain decoding: no drafter, one token per target step"),
+      [](const PipelineOptions& o, PipelineConfig& c) {
+        if (o.no_spec_) c.drafter.type = DrafterKind::none;
+      });
+  add(cmd.add_option("--gamma", d.drafter.gamma, "drafts per round")->check(CLI::Range(0, 64)),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.drafter.gamma = o.defaults_.drafter.gamma; });
+  add(cmd.add_option("--ngram-max", d.drafter.ngram.max_ngram, "longest n-gram the ngram drafter matches")->check(CLI::PositiveNumber),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.drafter.ngram.max_ngram = o.defaults_.drafter.ngram.max_ngram; });
+  add(cmd.add_option("--ngram-min", d.drafter.ngram.min_ngram, "shortest n-gram the ngram drafter matches")->check(CLI::PositiveNumber),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.drafter.ngram.min_ngram = o.defaults_.drafter.ngram.min_ngram; });
+  add(cmd.add_option("--kv-tokens", d.kv.tokens, "KV capacity in tokens (target; the draft's is as large)")->check(CLI::PositiveNumber),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.kv.tokens = o.defaults_.kv.tokens; });
+  add(cmd.add_option("--block-size", d.kv.block_size, "tokens per KV block")->check(CLI::PositiveNumber),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.kv.block_size = o.defaults_.kv.block_size; });
+  add(cmd.add_option("--prefill-chunk", d.scheduler.prefill_chunk, "prompt tokens per prefill window")->check(CLI::PositiveNumber),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.scheduler.prefill_chunk = o.defaults_.scheduler.prefill_chunk; });
+  add(cmd.add_option("--max-batch", d.scheduler.max_batch, "sequences per round")->check(CLI::PositiveNumber),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.scheduler.max_batch = o.defaults_.scheduler.max_batch; });
 }
 
-PipelineConfig PipelineOptions::engine_config() const {
-  PipelineConfig p;
-  p.models.target = model;
-  p.models.draft = draft;
-  p.drafter.type = no_spec ? DrafterKind::none : parse_drafter_kind(drafter);
-  p.drafter.gamma = gamma;
-  p.drafter.ngram.max_ngram = ngram_max;
-  p.drafter.ngram.min_ngram = ngram_min;
-  p.kv.tokens = kv_tokens;
-  p.kv.block_size = block_size;
-  p.scheduler.prefill_chunk = prefill_chunk;
-  p.scheduler.max_batch = max_batch;
-  return p;
+GlobalOptions& global_options() {
+  static GlobalOptions options;
+  return options;
 }
 
-std::string format_summary(const actors::Completion& c, const PipelineOptions& o) {
+void apply_process_settings(const PipelineConfig& config) {
+  const GlobalOptions& g = global_options();
+  init_logging(g.log_level.empty() ? config.log_level : g.log_level);
+  cpu::set_num_threads(g.threads >= 0 ? g.threads : config.threads);
+}
+
+PipelineConfig PipelineOptions::config() const {
+  PipelineConfig c = config_file_.empty() ? PipelineConfig{} : load_pipeline_config(config_file_);
+  for (const auto& [opt, apply] : overrides_)
+    if (opt->count() > 0) apply(*this, c);
+  return c;
+}
+
+std::string format_summary(const actors::Completion& c, const PipelineConfig& config) {
   const SpecStats& s = c.stats;
   const double decode_s = (s.draft_ms + s.verify_ms + s.commit_ms + s.messaging_ms) / 1000.0;
-  const std::string mode = o.no_spec ? "plain" : fmt::format("speculative ({}, gamma {})", o.drafter, o.gamma);
+  const bool spec = config.drafter.type != DrafterKind::none;
+  const std::string mode =
+      spec ? fmt::format("speculative ({}, gamma {})", to_string(config.drafter.type), config.drafter.gamma) : "plain";
   std::string out = fmt::format(
       "prompt tokens: {} | generated: {} ({}) | prefill: {:.1f} ms | decode: {:.1f} tok/s | threads: {} | mode: {}\n",
       s.prompt_tokens, c.tokens.size(), to_string(c.reason), s.prefill_ms,
       decode_s > 0 ? static_cast<double>(s.generated) / decode_s : 0.0, cpu::num_threads(), mode);
-  if (!o.no_spec) {
+  if (spec) {
     std::string hist;
     for (size_t k = 0; k < s.accepted_hist.size(); ++k) hist += fmt::format("{}{}:{}", k ? " " : "", k, s.accepted_hist[k]);
     out += fmt::format(

@@ -1,6 +1,7 @@
 #pragma once
-/// Command-line options that configure the pipeline (shared by generate and bench),
-/// and the statistics summary they print.
+/// Command-line options that configure the pipeline (shared by generate, bench and
+/// serve), and the statistics summary they print. `--config FILE` loads a pipeline YAML
+/// file; options given explicitly on the command line override its values.
 #include <CLI/CLI.hpp>
 
 #include <string>
@@ -9,24 +10,33 @@
 
 namespace specpipe::app {
 
-struct PipelineOptions {
-  std::string model = "demo-target";
-  std::string draft = "demo-draft";
-  std::string drafter = "model";  ///< model, ngram
-  bool no_spec = false;
-  int32_t gamma = 4;
-  int32_t ngram_max = 3, ngram_min = 1;
-  int64_t kv_tokens = 16384;
-  int32_t block_size = 16;
-  int32_t prefill_chunk = 256;
-  int32_t max_batch = 32;
-
+class PipelineOptions {
+ public:
   void add_to(CLI::App& cmd);
-  /// The pipeline: `--config FILE` if given, with these options applied on top when set.
-  PipelineConfig engine_config() const;
+  /// The config file (or the defaults), with the explicitly given options applied.
+  PipelineConfig config() const;
+  bool speculative() const;
+
+ private:
+  std::string config_file_;
+  PipelineConfig defaults_;  // holds the option values; only given ones are applied
+  std::string drafter_ = "model";
+  bool no_spec_ = false;
+  std::vector<std::pair<CLI::Option*, void (*)(const PipelineOptions&, PipelineConfig&)>> overrides_;
 };
 
+/// Process-wide settings given before the subcommand (`specpipe --threads N
+/// --log-level L ...`); they win over a config file's `threads` and `logging.level`.
+struct GlobalOptions {
+  int threads = -1;       ///< -1: not given
+  std::string log_level;  ///< empty: not given
+};
+GlobalOptions& global_options();
+
+/// Applies a config's kernel threads and log level, unless given on the command line.
+void apply_process_settings(const PipelineConfig& config);
+
 /// The per-request statistics block printed after generation.
-std::string format_summary(const actors::Completion& c, const PipelineOptions& o);
+std::string format_summary(const actors::Completion& c, const PipelineConfig& config);
 
 }  // namespace specpipe::app

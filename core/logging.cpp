@@ -12,10 +12,13 @@ void init_logging(std::string_view level) {
   if (parsed == spdlog::level::off && level != "off")
     fail(ErrorCode::invalid_argument, "unknown log level '{}' (trace, debug, info, warn, error, off)",
          level);
-  auto logger = spdlog::stderr_color_mt("specpipe");
-  logger->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+  auto logger = spdlog::get("specpipe");  // calling again only changes the level
+  if (!logger) {
+    logger = spdlog::stderr_color_mt("specpipe");
+    logger->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+    spdlog::set_default_logger(logger);
+  }
   logger->set_level(parsed);
-  spdlog::set_default_logger(logger);
 }
 
 }  // namespace specpipe

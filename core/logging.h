@@ -8,7 +8,8 @@
 namespace specpipe {
 
 /// Sets the default logger to stderr with the given level ("trace", "debug", "info",
-/// "warn", "error", "off"). Throws Error(invalid_argument) for an unknown level.
+/// "warn", "error", "off"). Calling it again changes the level. Throws
+/// Error(invalid_argument) for an unknown level.
 void init_logging(std::string_view level);
 
 }  // namespace specpipe
