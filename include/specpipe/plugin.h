@@ -1,0 +1,218 @@
+/* specpipe plugin SDK: the C ABI between the engine (the host) and a strategy plugin.
+ *
+ * A plugin is one shared library built against this header only. It exports
+ *
+ *     const specpipe_plugin_table* specpipe_plugin_entry(uint32_t host_abi_version);
+ *
+ * which returns a static table of function pointers: the table's first two fields are
+ * its ABI version and its size, so the host can refuse a plugin built for another ABI
+ * before calling anything else. The host dlopen()s the library (RTLD_LOCAL), checks the
+ * table, creates an instance per pipeline with the plugin's config (JSON text), and calls
+ * the hooks of the slots the instance fills.
+ *
+ * Rules (see docs/PLUGIN_SDK.md):
+ *  - Plain C: no exceptions and no C++ types cross this boundary. Every hook returns a
+ *    specpipe_status; on failure it writes a NUL-terminated message into the caller's
+ *    buffer (error, error_size) when given one.
+ *  - Status codes: 0 = ok; > 0 = declined, recoverable (the host takes its built-in path
+ *    for this call, nothing changed); < 0 = error (the host disables the plugin for the
+ *    pipeline, falls back to the slot's built-in strategy, and counts the fallback).
+ *  - Ownership is stated on every function: "borrowed" pointers are valid for the call
+ *    only; the instance is owned by the plugin between create() and destroy().
+ *  - Tensors are DLPack DLTensors (dlpack/dlpack.h): dense, row-major, strides NULL.
+ *  - Streams are opaque handles: NULL on the CPU backend; a cudaStream_t on CUDA.
+ *  - Hooks of one instance are never called concurrently.
+ */
+#ifndef SPECPIPE_PLUGIN_H_
+#define SPECPIPE_PLUGIN_H_
+
+#include <dlpack/dlpack.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Bumped on any incompatible change to the structs or calls below. */
+#define SPECPIPE_PLUGIN_ABI_VERSION 1u
+
+#if defined(_WIN32)
+#define SPECPIPE_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define SPECPIPE_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef int32_t specpipe_status;
+#define SPECPIPE_OK 0
+#define SPECPIPE_DECLINED 1           /* recoverable: use the built-in path this time */
+#define SPECPIPE_ERR_INVALID_ARGUMENT (-1)
+#define SPECPIPE_ERR_CONFIG (-2)      /* create(): the plugin's config is unusable */
+#define SPECPIPE_ERR_CAPACITY (-3)
+#define SPECPIPE_ERR_INTERNAL (-4)
+
+typedef void* specpipe_stream; /* opaque: NULL (CPU) or a cudaStream_t */
+
+/* ------------------------------------------------------------------------------------
+ * Host services: a table the host passes to create(). The plugin borrows it for the
+ * instance's lifetime (it stays valid until destroy()).
+ * ------------------------------------------------------------------------------------ */
+typedef struct specpipe_host_api {
+  uint32_t abi_version; /* SPECPIPE_PLUGIN_ABI_VERSION of the host */
+  uint32_t struct_size; /* sizeof(specpipe_host_api) as the host knows it */
+  void* host;           /* opaque: pass back as the first argument of every service */
+
+  /* Writes rows [0, n) of k_rows and v_rows ([n, kv_dim] float32 on the pool's device)
+   * into the target KV pool of `layer` at pool slots slots[0..n). Borrowed arguments;
+   * ordered on `stream`. Returns SPECPIPE_OK or an error (nothing written then). */
+  specpipe_status (*write_slots)(void* host, int32_t layer, const DLTensor* k_rows, const DLTensor* v_rows,
+                                 const int64_t* slots, int64_t n, specpipe_stream stream);
+
+  /* Allocates `bytes` on the pool's device (64-byte aligned); NULL on failure. The plugin
+   * owns the memory and returns it with free_device(). */
+  void* (*alloc_device)(void* host, size_t bytes);
+  void (*free_device)(void* host, void* ptr);
+
+  /* Copies `bytes` between device buffers, ordered on `stream`. */
+  specpipe_status (*copy)(void* host, void* dst, const void* src, size_t bytes, specpipe_stream stream);
+
+  /* Logs a NUL-terminated message: level 0 debug, 1 info, 2 warning, 3 error. */
+  void (*log)(void* host, int32_t level, const char* message);
+} specpipe_host_api;
+
+/** What the host knows about the target model and the pool, given to create(). */
+typedef struct specpipe_model_desc {
+  uint32_t struct_size;
+  int32_t num_layers;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t kv_dim;     /* num_kv_heads * head_dim: floats per K (or V) row */
+  int32_t block_size; /* tokens per KV block */
+  int32_t max_gamma;  /* largest verify window is max_gamma + 1 tokens */
+  int32_t max_batch;  /* sequences per round */
+  DLDevice device;
+} specpipe_model_desc;
+
+/* ------------------------------------------------------------------------------------
+ * Slot `kv_write`: where the K/V of a verify forward go. The built-in strategy writes
+ * every row into the pool during the forward and truncates rejected tokens afterwards.
+ * A plugin may instead stage the rows and write only accepted ones at commit.
+ *
+ * Per round: begin() once -> stage() once per layer, layers in order -> exactly one of
+ * commit() (after the verdict) or abort() (the forward failed).
+ * ------------------------------------------------------------------------------------ */
+
+/** One sequence's verify window in this round. */
+typedef struct specpipe_window {
+  int64_t sequence;     /* stable id of the sequence */
+  int32_t n;            /* tokens in the window: pending + drafts */
+  const int64_t* slots; /* [n]: the pool slot of each token; the same for every layer */
+} specpipe_window;
+
+/** One layer's K/V rows for every window of the round, in window order. */
+typedef struct specpipe_layer_rows {
+  int32_t layer;
+  const DLTensor* k; /* [total_rows, kv_dim] float32, borrowed for the call */
+  const DLTensor* v; /* same shape */
+} specpipe_layer_rows;
+
+/** The verdict of one window: its first `accepted` rows become committed. */
+typedef struct specpipe_window_verdict {
+  int64_t sequence;
+  int32_t accepted; /* pending + accepted drafts: 1..n */
+} specpipe_window_verdict;
+
+typedef struct specpipe_kv_write_hooks {
+  /* Required. A round starts. Return SPECPIPE_DECLINED to let the host write this round
+   * directly (e.g. the windows do not fit the staging buffer). Borrowed arguments. */
+  specpipe_status (*begin)(void* instance, const specpipe_window* windows, int32_t count, char* error,
+                           size_t error_size);
+  /* Required. One layer's rows: stage them (copy what you keep; the tensors are borrowed).
+   * A non-zero status makes the host write this round directly from here on. */
+  specpipe_status (*stage)(void* instance, const specpipe_layer_rows* rows, specpipe_stream stream, char* error,
+                           size_t error_size);
+  /* Required. Write the accepted rows of every layer with host->write_slots, all layers
+   * of a window or none. An error makes the host discard the staged round and redo its
+   * accepted tokens on the direct path: the pool never holds a half-committed token. */
+  specpipe_status (*commit)(void* instance, const specpipe_window_verdict* verdicts, int32_t count,
+                            specpipe_stream stream, char* error, size_t error_size);
+  /* Required. Drop whatever the round staged. Cannot fail. */
+  void (*abort)(void* instance);
+} specpipe_kv_write_hooks;
+
+/* ------------------------------------------------------------------------------------
+ * Slot `verify_plan`: how many drafts each sequence gets this round. The built-in
+ * strategy gives every sequence the pipeline's gamma.
+ * ------------------------------------------------------------------------------------ */
+
+typedef struct specpipe_plan_sequence {
+  int64_t sequence;
+  int32_t requested_gamma; /* the request's (or the pipeline's) gamma */
+  int32_t max_gamma;       /* the most this sequence may get this round (context limit) */
+  int32_t context_length;  /* tokens in its KV */
+} specpipe_plan_sequence;
+
+/** Costs the host measured, in milliseconds (running averages; 0 = not measured yet). */
+typedef struct specpipe_plan_costs {
+  uint32_t struct_size;
+  double draft_step_ms;   /* one draft token for the whole batch */
+  double verify_base_ms;  /* a verify forward's cost at zero window tokens (intercept) */
+  double verify_token_ms; /* each window token's additional cost (slope) */
+  int32_t token_budget;   /* most window tokens in one verify pass (0 = unlimited) */
+} specpipe_plan_costs;
+
+/** What happened to one sequence in the last round. */
+typedef struct specpipe_plan_observation {
+  int64_t sequence;
+  int32_t proposed;
+  int32_t accepted;
+} specpipe_plan_observation;
+
+typedef struct specpipe_verify_plan_hooks {
+  /* Required. Write gamma[i] in [0, sequences[i].max_gamma] for every sequence (0 = no
+   * drafts: a plain decode step). Borrowed arguments; `gamma` has `count` entries. */
+  specpipe_status (*plan)(void* instance, const specpipe_plan_sequence* sequences, int32_t count,
+                          const specpipe_plan_costs* costs, int32_t* gamma, char* error, size_t error_size);
+  /* Optional (may be NULL). The round's outcome, after its verdicts. */
+  void (*observe)(void* instance, const specpipe_plan_observation* observations, int32_t count);
+  /* Optional. A sequence ended: forget it. */
+  void (*forget)(void* instance, int64_t sequence);
+} specpipe_verify_plan_hooks;
+
+/* ------------------------------------------------------------------------------------
+ * The plugin table.
+ * ------------------------------------------------------------------------------------ */
+
+typedef struct specpipe_plugin_table {
+  uint32_t abi_version; /* first field, always: SPECPIPE_PLUGIN_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(specpipe_plugin_table) as the plugin was built */
+  const char* name;     /* e.g. "nwor"; static string */
+  const char* version;  /* the plugin's own version; static string */
+  const char* slots;    /* comma-separated slots it can fill: "kv_write", "verify_plan" */
+
+  /* Required. Creates an instance for one pipeline. config_json: the plugin's config
+   * block as a JSON object (borrowed). host, model: borrowed until destroy(). On success
+   * writes the new instance (owned by the plugin) to *instance. Return SPECPIPE_ERR_CONFIG
+   * with a message for a config the plugin refuses. */
+  specpipe_status (*create)(const specpipe_host_api* host, const specpipe_model_desc* model,
+                            const char* config_json, void** instance, char* error, size_t error_size);
+  /* Required. Frees the instance and everything it owns. */
+  void (*destroy)(void* instance);
+  /* Optional. Writes the instance's counters as a JSON object into buffer (at most size
+   * bytes with the NUL). Returns the length it needed (larger than size: truncated). */
+  size_t (*describe_metrics)(void* instance, char* buffer, size_t size);
+
+  /* The hooks of the slots named in `slots` (required there), else NULL. */
+  const specpipe_kv_write_hooks* kv_write;
+  const specpipe_verify_plan_hooks* verify_plan;
+} specpipe_plugin_table;
+
+/** The one symbol a plugin exports. Returns NULL if it cannot serve this host ABI. */
+typedef const specpipe_plugin_table* (*specpipe_plugin_entry_fn)(uint32_t host_abi_version);
+#define SPECPIPE_PLUGIN_ENTRY_SYMBOL "specpipe_plugin_entry"
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SPECPIPE_PLUGIN_H_ */
