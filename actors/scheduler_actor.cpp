@@ -40,6 +40,13 @@ class Scheduler : public scheduler_actor::base {
  public:
   Scheduler(caf::actor_config& cfg, SchedulerDeps deps) : scheduler_actor::base(cfg), d_(std::move(deps)) {}
 
+  // Peers holds a strong handle to this actor: drop it (and the requests' sinks) when the
+  // actor exits, or the cycle keeps the actor, its tokenizer and the pipeline alive forever.
+  void on_exit() override {
+    d_.peers.reset();
+    requests_.clear();
+  }
+
   behavior_type make_behavior() override {
     return {
         [this](SubmitRequest& r) { submit(std::move(r)); },
