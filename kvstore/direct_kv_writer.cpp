@@ -5,25 +5,52 @@
 
 namespace specpipe {
 
-void DirectKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> windows) {
-  KvTensors& t = store_.tensors();
+void write_rows_to_pool(KvStore& store, int32_t layer, SeqId seq, int32_t start, int32_t n, const float* k,
+                        const float* v, int64_t ld) {
+  KvTensors& t = store.tensors();
   const int64_t stride = t.slot_stride();
   const size_t row_bytes = static_cast<size_t>(stride) * sizeof(float);
-  const int32_t block_size = store_.config().block_size;
-  float* k = t.k(layer);
-  float* v = t.v(layer);
-  for (const WindowKvRows& w : windows) {
-    // One table lookup per window, not per row and layer.
-    const std::span<const int32_t> table = store_.block_table(w.seq);
-    if (w.start_pos + w.n > store_.reserved(w.seq))
-      fail(ErrorCode::internal, "kv write past the reserved positions of sequence {}", w.seq);
-    for (int32_t i = 0; i < w.n; ++i) {
-      const int32_t pos = w.start_pos + i;
-      const int64_t slot = int64_t{table[static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size;
-      std::memcpy(k + slot * stride, w.k + i * w.ld, row_bytes);
-      std::memcpy(v + slot * stride, w.v + i * w.ld, row_bytes);
-    }
+  const int32_t block_size = store.config().block_size;
+  // One table lookup per window, not per row and layer.
+  const std::span<const int32_t> table = store.block_table(seq);
+  if (start + n > store.reserved(seq))
+    fail(ErrorCode::internal, "kv write past the reserved positions of sequence {}", seq);
+  float* kp = t.k(layer);
+  float* vp = t.v(layer);
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t pos = start + i;
+    const int64_t slot = int64_t{table[static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size;
+    std::memcpy(kp + slot * stride, k + i * ld, row_bytes);
+    std::memcpy(vp + slot * stride, v + i * ld, row_bytes);
   }
+}
+
+void DirectKvWriter::begin_round(std::span<const WindowPlacement> windows) {
+  round_.assign(windows.begin(), windows.end());
+  ++stats_.rounds;
+}
+
+void DirectKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> windows) {
+  for (const WindowKvRows& w : windows) {
+    write_rows_to_pool(store_, layer, w.seq, w.start_pos, w.n, w.k, w.v, w.ld);
+    stats_.rows_written += w.n;
+  }
+}
+
+bool DirectKvWriter::commit_round(std::span<const WindowCommit> verdicts) {
+  // Every row was written during the forward; the rejected ones were wasted writes.
+  const int64_t layers = store_.config().num_layers;
+  for (const WindowCommit& c : verdicts)
+    for (const WindowPlacement& w : round_)
+      if (w.seq == c.seq) stats_.rows_wasted += (w.n - c.accepted) * layers;
+  round_.clear();
+  return true;
+}
+
+KvWriteStats DirectKvWriter::stats() const {
+  KvWriteStats s = stats_;
+  s.row_bytes = store_.tensors().slot_stride() * 2 * static_cast<int64_t>(sizeof(float));
+  return s;
 }
 
 }  // namespace specpipe

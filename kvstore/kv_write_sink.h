@@ -9,6 +9,7 @@
 /// buffer, so what a sink does with them cannot change the forward's result.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kvstore/kv_store.h"
 
@@ -24,21 +25,64 @@ struct WindowKvRows {
   int64_t ld;
 };
 
+/// A verify window of one sequence: positions [start, start + n).
+struct WindowPlacement {
+  SeqId seq;
+  int32_t start;
+  int32_t n;
+};
+
+/// After the verdict: the first `accepted` rows of the window become committed.
+struct WindowCommit {
+  SeqId seq;
+  int32_t accepted;
+};
+
+/// Pool traffic of the K/V writes, for statistics and benchmarks.
+struct KvWriteStats {
+  int64_t rows_written = 0;      ///< (token, layer) rows written to the pool
+  int64_t rows_not_written = 0;  ///< rows of rejected tokens kept out of the pool
+  int64_t rows_wasted = 0;       ///< rows of rejected tokens written anyway (then truncated)
+  int64_t rounds = 0;
+  int64_t redo_rounds = 0;       ///< rounds whose accepted rows had to be recomputed
+  int64_t row_bytes = 0;         ///< bytes of one row (K and V of one token in one layer)
+};
+
 class KvWriteSink {
  public:
   virtual ~KvWriteSink() = default;
+  /// A verify round starts (the forward follows): its windows, positions reserved.
+  /// Prefill forwards call write_layer without a round.
+  virtual void begin_round(std::span<const WindowPlacement> /*windows*/) {}
   /// Called once per layer of every forward, layers in ascending order.
   virtual void write_layer(int32_t layer, std::span<const WindowKvRows> windows) = 0;
+  /// The round's verdicts. Returns false if the accepted rows are not in the pool (a
+  /// staging strategy failed): the caller must commit nothing and recompute them.
+  virtual bool commit_round(std::span<const WindowCommit> /*verdicts*/) { return true; }
+  /// The round's forward failed: forget it.
+  virtual void abort_round() {}
+  virtual KvWriteStats stats() const { return {}; }
 };
 
-/// Writes every row straight into its pool slot. Requires the positions reserved.
+/// The built-in kv_write strategy: every row goes straight into its pool slot during
+/// the forward (positions must be reserved); rejected rows are truncated afterwards.
 class DirectKvWriter final : public KvWriteSink {
  public:
   explicit DirectKvWriter(KvStore& store) : store_(store) {}
+  void begin_round(std::span<const WindowPlacement> windows) override;
   void write_layer(int32_t layer, std::span<const WindowKvRows> windows) override;
+  bool commit_round(std::span<const WindowCommit> verdicts) override;
+  KvWriteStats stats() const override;
 
  private:
   KvStore& store_;
+  KvWriteStats stats_;
+  std::vector<WindowPlacement> round_;
 };
+
+/// Writes rows [0, n) of `k`/`v` ([n, ld] floats) of one layer into pool slots of a
+/// sequence's positions [start, start + n) (the positions must be reserved).
+void write_rows_to_pool(KvStore& store, int32_t layer, SeqId seq, int32_t start, int32_t n, const float* k,
+                        const float* v, int64_t ld);
 
 }  // namespace specpipe

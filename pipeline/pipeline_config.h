@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "pipeline/ngram_drafter.h"
 
@@ -48,6 +49,20 @@ struct ServerConfig {
   int32_t shutdown_grace_ms = 5000;     ///< SIGINT/SIGTERM: time in-flight requests get to finish
 };
 
+/// A plugin library the pipeline loads (docs/PLUGIN_SDK.md).
+struct PluginConfig {
+  std::string name;                ///< how slots refer to it (plugins.<name>)
+  std::string path;                ///< the library: a file, or a name found by resolve_plugin_path
+  std::string config_json = "{}";  ///< its config block, as a JSON object
+};
+
+/// Which strategy fills the slots besides the drafter: a built-in one, or a plugin
+/// declared under `plugins`.
+struct SlotStrategies {
+  std::string kv_write = "direct";    ///< "direct" or a plugin name
+  std::string verify_plan = "fixed";  ///< "fixed" or a plugin name
+};
+
 /// Request parameters a client leaves out.
 struct RequestDefaults {
   int32_t max_tokens = 64;
@@ -64,6 +79,8 @@ struct PipelineConfig {
   int32_t threads = 0;         ///< CPU kernel threads, 0 = $SPECPIPE_THREADS or all cores
   KvConfig kv;
   DrafterConfig drafter;       ///< slots.drafter
+  SlotStrategies slots;        ///< slots.kv_write, slots.verify_plan
+  std::vector<PluginConfig> plugins;
   SchedulerSection scheduler;
   ServerConfig server;
   RequestDefaults defaults;
@@ -73,7 +90,8 @@ struct PipelineConfig {
 /// Parses a pipeline YAML file. Throws specpipe::Error whose message starts with the file
 /// and the key path, e.g. "pipeline.yaml: slots.drafter.gamma: 40 is out of range
 /// [0, 16] (max_gamma)": not_found (missing file), invalid_argument (malformed YAML,
-/// unknown key, wrong type, out of range, model directory that does not exist).
+/// unknown key, wrong type, out of range, model directory or plugin file that does not
+/// exist, a slot naming an undeclared plugin).
 PipelineConfig load_pipeline_config(const std::filesystem::path& file);
 /// The same from text; `source` names it in messages.
 PipelineConfig parse_pipeline_config(std::string_view yaml, std::string_view source);

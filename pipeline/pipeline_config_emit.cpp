@@ -72,10 +72,21 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   ngram.put("min_n", c.drafter.ngram.min_ngram);
   ngram.end();
   drafter.end();
-  put_builtin_slot(slots, "verify_plan", "fixed");
-  put_builtin_slot(slots, "kv_write", "direct");
+  put_builtin_slot(slots, "verify_plan", c.slots.verify_plan);
+  put_builtin_slot(slots, "kv_write", c.slots.kv_write);
   put_builtin_slot(slots, "acceptance", "standard");
   slots.end();
+  if (!c.plugins.empty()) {
+    MapWriter plugins = top.begin("plugins");
+    for (const PluginConfig& p : c.plugins) {
+      MapWriter entry = plugins.begin(p.name);
+      entry.put("path", p.path);
+      // JSON is YAML: the config block reads back as the same map.
+      out << YAML::Key << "config" << YAML::Value << YAML::Flow << YAML::Load(p.config_json);
+      entry.end();
+    }
+    plugins.end();
+  }
   MapWriter scheduler = top.begin("scheduler");
   scheduler.put("max_batch", c.scheduler.max_batch);
   scheduler.put("max_queue", c.scheduler.max_queue);

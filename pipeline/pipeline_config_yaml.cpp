@@ -3,6 +3,8 @@
 // in config_section.h; this file only says what to read.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -15,6 +17,9 @@
 #include "model/load_model.h"
 #include "pipeline/config_section.h"
 #include "pipeline/pipeline_config.h"
+#include "pipeline/plugin_library.h"
+
+#include <nlohmann/json.hpp>
 
 namespace specpipe {
 namespace {
@@ -54,19 +59,92 @@ void read_drafter(const Section& slots, DrafterConfig& d) {
     ngram.fail("min_n", fmt::format("{} is greater than max_n ({})", d.ngram.min_ngram, d.ngram.max_ngram));
 }
 
-/// A slot that has one built-in strategy so far; its plugins arrive later. Only
-/// validated: PipelineConfig has nothing to record until there is a choice.
-void read_builtin_slot(const Section& slots, std::string_view slot, std::string_view builtin) {
-  std::string type(builtin);
-  slots.child(slot, {"type"}).read_choice("type", type, {builtin});
+/// A slot filled by its built-in strategy or by a plugin declared under `plugins`.
+void read_strategy_slot(const Section& slots, std::string_view slot, std::string& type,
+                        const std::vector<PluginConfig>& plugins) {
+  const Section s = slots.child(slot, {"type"});
+  s.read("type", type);
+  const std::string builtin = slot == "kv_write" ? "direct" : "fixed";
+  if (type == builtin) return;
+  for (const PluginConfig& p : plugins)
+    if (p.name == type) return;
+  std::string known = builtin;
+  for (const PluginConfig& p : plugins) known += ", " + p.name;
+  s.fail("type", fmt::format("unknown value \"{}\" (known: {}; a plugin must be declared under plugins)", type, known));
 }
 
-void read_slots(const Section& top, DrafterConfig& drafter) {
+void read_slots(const Section& top, DrafterConfig& drafter, SlotStrategies& strategies,
+                const std::vector<PluginConfig>& plugins) {
   const Section s = top.child("slots", {"drafter", "verify_plan", "kv_write", "acceptance"});
   read_drafter(s, drafter);
-  read_builtin_slot(s, "verify_plan", "fixed");
-  read_builtin_slot(s, "kv_write", "direct");
-  read_builtin_slot(s, "acceptance", "standard");
+  read_strategy_slot(s, "verify_plan", strategies.verify_plan, plugins);
+  read_strategy_slot(s, "kv_write", strategies.kv_write, plugins);
+  std::string acceptance = "standard";
+  s.child("acceptance", {"type"}).read_choice("type", acceptance, {"standard"});
+}
+
+/// A YAML value as JSON: maps and lists recursively; plain scalars as booleans,
+/// integers, reals or null when they read as one; quoted scalars stay strings.
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  if (!node.IsDefined() || node.IsNull()) return nullptr;
+  if (node.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& e : node) j[e.first.Scalar()] = yaml_to_json(e.second);
+    return j;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : node) j.push_back(yaml_to_json(e));
+    return j;
+  }
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return text;  // quoted
+  if (text == "true" || text == "false") return text == "true";
+  try {
+    size_t used = 0;
+    const long long i = std::stoll(text, &used);
+    if (used == text.size()) return i;
+    const double d = std::stod(text, &used);
+    if (used == text.size()) return d;
+  } catch (...) {
+  }
+  return text;
+}
+
+/// plugins: {<name>: {path: <file or name>, config: {...}}}
+std::vector<PluginConfig> read_plugins(const Section& top, const YAML::Node& root,
+                                       const std::optional<fs::path>& config_dir) {
+  std::vector<PluginConfig> out;
+  const YAML::Node node = root.IsMap() ? root["plugins"] : YAML::Node();
+  if (!node.IsDefined() || node.IsNull()) return out;
+  if (!node.IsMap()) top.fail("plugins", "expected a map of plugin names to {path, config}");
+  for (const auto& entry : node) {
+    PluginConfig p;
+    p.name = entry.first.Scalar();
+    const bool valid_name = !p.name.empty() && std::all_of(p.name.begin(), p.name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+    });
+    if (!valid_name) top.fail("plugins", fmt::format("plugin name \"{}\" must be letters, digits, _ or -", p.name));
+    if (p.name == "direct" || p.name == "fixed") top.fail("plugins", fmt::format("\"{}\" is a built-in strategy's name", p.name));
+    const Section s(entry.second, "plugins." + p.name, top.source(), {"path", "config"});
+    p.path = p.name;
+    s.read("path", p.path);
+    const YAML::Node config = entry.second.IsMap() ? entry.second["config"] : YAML::Node();
+    if (config.IsDefined() && !config.IsNull() && !config.IsMap()) s.fail("config", "expected a map");
+    p.config_json = config.IsDefined() && !config.IsNull() ? yaml_to_json(config).dump() : "{}";
+    // A path relative to the config file wins; else the plugin search path decides.
+    if (config_dir && fs::path(p.path).is_relative() && fs::is_regular_file(*config_dir / p.path)) {
+      p.path = (*config_dir / p.path).lexically_normal().string();
+    } else {
+      try {
+        p.path = resolve_plugin_path(p.path).string();
+      } catch (const Error& e) {
+        s.fail("path", e.what());
+      }
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 void read_scheduler(const Section& top, SchedulerSection& c) {
@@ -135,7 +213,7 @@ PipelineConfig read_document(const YAML::Node& root, std::string_view source,
   PipelineConfig c;
   const Section top(root, "", std::string(source),
                     {"version", "models", "device", "threads", "kv", "slots", "scheduler", "server", "defaults",
-                     "logging"});
+                     "logging", "plugins"});
   top.read("version", c.version, IntRange{std::numeric_limits<int32_t>::min(), kInt32Max});
   if (c.version != 1) top.fail("version", fmt::format("version {} is not supported (this build reads 1)", c.version));
   const Section models = top.child("models", {"target", "draft"});
@@ -144,7 +222,8 @@ PipelineConfig read_document(const YAML::Node& root, std::string_view source,
   read_device(top, c.device);
   top.read("threads", c.threads, IntRange{0, 4096});
   read_kv(top, c.kv);
-  read_slots(top, c.drafter);
+  c.plugins = read_plugins(top, root, config_dir);
+  read_slots(top, c.drafter, c.slots, c.plugins);
   read_scheduler(top, c.scheduler);
   read_server(top, c.server);
   read_defaults(top, c.defaults);

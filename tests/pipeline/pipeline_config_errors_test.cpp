@@ -61,7 +61,7 @@ TEST_P(PipelineConfigRejects, NamingSourceAndKey) {
 const BadConfig kBadConfigs[] = {
   // Unknown keys, at every level.
   {"UnknownTopLevelKey", "modles: {target: x}", "modles",
-   "unknown key (known: version, models, device, threads, kv, slots, scheduler, server, defaults, logging)"},
+   "unknown key (known: version, models, device, threads, kv, slots, scheduler, server, defaults, logging, plugins)"},
   {"UnknownNestedKey", "slots: {drafter: {gama: 4}}", "slots.drafter.gama",
    "unknown key (known: type, gamma, max_gamma, ngram)"},
   {"UnknownDeepKey", "slots: {drafter: {ngram: {max: 4}}}", "slots.drafter.ngram.max", "known: max_n, min_n"},
@@ -123,9 +123,14 @@ const BadConfig kBadConfigs[] = {
   {"BareNan", "defaults: {top_p: nan}", "defaults.top_p", "nan is not a finite number"},
   {"BareInf", "defaults: {temperature: inf}", "defaults.temperature", "inf is not a finite number"},
   // Choices: slot strategies, drafter kinds, log levels, devices, endpoints, version.
-  {"UnsupportedVerifyPlan", "slots: {verify_plan: {type: scv}}", "slots.verify_plan.type",
-   "unknown value \"scv\" (known: fixed)"},
-  {"UnsupportedKvWrite", "slots: {kv_write: {type: nwor}}", "slots.kv_write.type", "(known: direct)"},
+  {"UndeclaredVerifyPlanPlugin", "slots: {verify_plan: {type: scv}}", "slots.verify_plan.type",
+   "unknown value \"scv\" (known: fixed; a plugin must be declared under plugins)"},
+  {"UndeclaredKvWritePlugin", "slots: {kv_write: {type: nwor}}", "slots.kv_write.type", "(known: direct;"},
+  {"PluginFileMissing", "plugins: {nwor: {path: /no/such/libnwor.so}}", "plugins.nwor.path", "not found"},
+  {"PluginConfigNotAMap", "plugins: {nwor: {path: /no/such.so, config: [1, 2]}}", "plugins.nwor.config",
+   "expected a map"},
+  {"PluginUnknownKey", "plugins: {nwor: {file: x.so}}", "plugins.nwor.file", "unknown key"},
+  {"PluginBuiltinName", "plugins: {direct: {path: x.so}}", "plugins", "is a built-in strategy's name"},
   {"UnsupportedAcceptance", "slots: {acceptance: {type: typical}}", "slots.acceptance.type", "(known: standard)"},
   {"UnknownDrafter", "slots: {drafter: {type: medusa}}", "slots.drafter.type", "(known: model, ngram, none)"},
   {"UnknownLogLevel", "logging: {level: verbose}", "logging.level", "(known: trace, debug, info, warn, error, off)"},
