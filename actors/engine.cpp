@@ -75,3 +75,20 @@ KvOccupancy Engine::kv_occupancy() { return query_occupancy(*system_, peers_->kv
 KvOccupancy Engine::draft_kv_occupancy() { return query_occupancy(*system_, peers_->draft); }
 
 }  // namespace specpipe::actors
+
+namespace specpipe::actors {
+
+nlohmann::json Engine::strategy_metrics() {
+  caf::scoped_actor self{*system_};
+  nlohmann::json out;
+  auto ask = [&](const char* key, const auto& actor) {
+    self->request(actor, caf::infinite, StrategyMetricsQuery{})
+        .receive([&](const std::string& text) { out[key] = nlohmann::json::parse(text); },
+                 [&](const caf::error& e) { fail(ErrorCode::internal, "metrics query failed: {}", system_->render(e)); });
+  };
+  ask("kv_write", peers_->kv_router);
+  ask("verify_plan", peers_->scheduler);
+  return out;
+}
+
+}  // namespace specpipe::actors

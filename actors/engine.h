@@ -7,6 +7,8 @@
 #include <future>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/pipeline_builder.h"
 #include "actors/response_sink.h"
 
@@ -46,6 +48,9 @@ class Engine {
   KvOccupancy kv_occupancy();
   /// The same for the drafter's KV store (total_blocks 0 when it has none).
   KvOccupancy draft_kv_occupancy();
+  /// The strategies in the kv_write and verify_plan slots and their counters (a plugin's
+  /// own metrics, fallbacks, pool traffic): {"kv_write": {...}, "verify_plan": {...}}.
+  nlohmann::json strategy_metrics();
 
   const Tokenizer& tokenizer() const { return parts_.tokenizer; }
   const PipelineParts& parts() const { return parts_; }

@@ -9,7 +9,8 @@ namespace specpipe::actors {
 
 using scheduler_actor = caf::typed_actor<caf::reacts_to<SubmitRequest>, caf::reacts_to<CancelRequest>,
                                          caf::reacts_to<AdmitDone>, caf::reacts_to<RoundDone>,
-                                         caf::replies_to<StatsQuery>::with<SpecStats>>;
+                                         caf::replies_to<StatsQuery>::with<SpecStats>,
+                                         caf::replies_to<StrategyMetricsQuery>::with<std::string>>;
 
 using draft_actor = caf::typed_actor<caf::reacts_to<DraftStart>, caf::reacts_to<DraftWork>,
                                      caf::reacts_to<DraftFinish>, caf::replies_to<KvQuery>::with<KvOccupancy>>;
@@ -18,7 +19,8 @@ using draft_actor = caf::typed_actor<caf::reacts_to<DraftStart>, caf::reacts_to<
 using kv_router_actor =
     caf::typed_actor<caf::reacts_to<AdmitWork>, caf::reacts_to<PrefillDone>, caf::reacts_to<ReserveWork>,
                      caf::reacts_to<VerifyDone>, caf::reacts_to<ReleaseWork>,
-                     caf::replies_to<KvQuery>::with<KvOccupancy>>;
+                     caf::replies_to<KvQuery>::with<KvOccupancy>,
+                     caf::replies_to<StrategyMetricsQuery>::with<std::string>>;
 
 using verifier_actor = caf::typed_actor<caf::reacts_to<PrefillWork>, caf::reacts_to<VerifyWork>>;
 

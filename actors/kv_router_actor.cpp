@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 
 #include "core/timer.h"
+#include "pipeline/plugin_kv_writer.h"
 
 namespace specpipe::actors {
 namespace {
@@ -45,7 +46,8 @@ void reserve(KvStore& kv, RoundBatch& b) {
   for (RoundItem& it : b.items) {
     if (!it.error.empty()) continue;
     try {
-      kv.reserve(it.seq, kv.length(it.seq) + 1 + static_cast<int32_t>(it.drafts.size()));
+      kv.reserve(it.seq, kv.length(it.seq) + static_cast<int32_t>(it.recompute.size()) + 1 +
+                             static_cast<int32_t>(it.drafts.size()));
     } catch (const std::exception& e) {
       it.error = e.what();
     }
@@ -53,17 +55,29 @@ void reserve(KvStore& kv, RoundBatch& b) {
   b.times.reserve_ms += clock.elapsed_ms();
 }
 
-/// After the verdict the pool must hold exactly the accepted prefix: pending and the k
-/// accepted drafts become committed, every other reserved slot is released.
-void commit_round(KvStore& kv, RoundBatch& b) {
+/// After the verdict the pool must hold exactly the accepted prefix: recomputed tokens,
+/// pending and the k accepted drafts become committed, every other reserved slot is
+/// released. If the kv_write strategy could not put the accepted rows in the pool,
+/// nothing is committed and the scheduler has them recomputed next round.
+void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
   Stopwatch clock;
+  std::vector<WindowCommit> verdicts;
+  for (RoundItem& it : b.items)
+    if (it.error.empty() && it.seq >= 0 && kv.contains(it.seq))
+      verdicts.push_back({it.seq, static_cast<int32_t>(it.recompute.size()) + 1 + it.accepted});
+  const bool in_pool = verdicts.empty() || sink.commit_round(verdicts);
   std::vector<int32_t> accepted;
   for (RoundItem& it : b.items) {
     if (it.seq < 0 || !kv.contains(it.seq)) continue;
     if (it.error.empty()) {
-      accepted.assign(1, it.pending);
-      accepted.insert(accepted.end(), it.drafts.begin(), it.drafts.begin() + it.accepted);
-      kv.commit(it.seq, accepted);
+      if (in_pool) {
+        accepted.assign(it.recompute.begin(), it.recompute.end());
+        accepted.push_back(it.pending);
+        accepted.insert(accepted.end(), it.drafts.begin(), it.drafts.begin() + it.accepted);
+        kv.commit(it.seq, accepted);
+      } else {
+        it.kv_redo = true;
+      }
     }
     kv.truncate(it.seq, kv.length(it.seq));
   }
@@ -88,7 +102,7 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
         self->send(d->peers->verifier, VerifyWork{std::move(w.b)});
       },
       [self, d](VerifyDone& w) {
-        commit_round(*d->kv, w.b);
+        commit_round(*d->kv, *d->sink, w.b);
         self->send(d->peers->scheduler, RoundDone{std::move(w.b)});
       },
       [d](ReleaseWork& w) {
@@ -96,7 +110,30 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
           if (d->kv->contains(seq)) d->kv->release(seq);
       },
       [d](KvQuery) { return d->kv->occupancy(); },
+      [d](StrategyMetricsQuery) { return kv_write_metrics(*d->sink).dump(); },
   };
+}
+
+}  // namespace specpipe::actors
+
+namespace specpipe::actors {
+
+nlohmann::json kv_write_metrics(const KvWriteSink& sink) {
+  const KvWriteStats s = sink.stats();
+  nlohmann::json j = {{"rounds", s.rounds},
+                      {"pool_rows_written", s.rows_written},
+                      {"pool_bytes_written", s.rows_written * s.row_bytes},
+                      {"pool_rows_not_written", s.rows_not_written},
+                      {"pool_bytes_not_written", s.rows_not_written * s.row_bytes},
+                      {"pool_rows_wasted", s.rows_wasted},
+                      {"redo_rounds", s.redo_rounds}};
+  if (const auto* plugin = dynamic_cast<const PluginKvWriter*>(&sink)) {
+    j["strategy"] = plugin->plugin().name();
+    j["plugin"] = plugin->plugin().metrics();
+  } else {
+    j["strategy"] = "direct";
+  }
+  return j;
 }
 
 }  // namespace specpipe::actors

@@ -9,14 +9,21 @@
 #include <memory>
 
 #include "actors/interfaces.h"
+#include <nlohmann/json.hpp>
+
 #include "kvstore/kv_store.h"
+#include "kvstore/kv_write_sink.h"
 
 namespace specpipe::actors {
 
 struct KvRouterDeps {
   std::shared_ptr<const Peers> peers;
   std::shared_ptr<KvStore> kv;
+  std::shared_ptr<KvWriteSink> sink;  ///< the kv_write strategy (commits after verdicts)
 };
+
+/// The kv_write strategy's counters: pool traffic, and a plugin's own metrics.
+nlohmann::json kv_write_metrics(const KvWriteSink& sink);
 
 kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouterDeps deps);
 

@@ -44,6 +44,9 @@ struct StatsQuery {};
 /// Asks the kv-router (target KV) or the draft actor (draft KV, if any) how full its
 /// store is; answered with a KvOccupancy (total_blocks 0: no store).
 struct KvQuery {};
+/// Asks the kv-router (kv_write) or the scheduler (verify_plan) for its strategy's
+/// counters; answered with a JSON text.
+struct StrategyMetricsQuery {};
 
 // ---- admission ---------------------------------------------------------------
 
@@ -78,6 +81,9 @@ struct RoundItem {
   RequestId request = 0;
   SeqId seq = -1;
   std::vector<int32_t> appended;  ///< context tokens new since the previous round (drafter)
+  /// Decided tokens whose K/V are not in the pool because the kv_write strategy failed
+  /// to commit them last round: the window recomputes them first.
+  std::vector<int32_t> recompute;
   int32_t pending = -1;           ///< the target's latest token, not yet in its KV
   int32_t gamma = 0;
   cpu::SamplingParams sampling;
@@ -87,6 +93,10 @@ struct RoundItem {
   int32_t accepted = 0;           ///< verifier: k
   int32_t next_token = -1;        ///< verifier: correction or bonus token
   std::string error;              ///< non-empty: the item failed; its KV was left as before
+  bool kv_redo = false;           ///< kv-router: the accepted rows did not reach the pool
+
+  /// The verify window: recompute, then pending, then the drafts.
+  std::vector<int32_t> window() const;
 };
 
 struct RoundTimes {
@@ -107,5 +117,16 @@ struct ReserveWork { RoundBatch b; };  ///< draft -> kv-router
 struct VerifyWork { RoundBatch b; };   ///< kv-router -> verifier
 struct VerifyDone { RoundBatch b; };   ///< verifier -> kv-router
 struct RoundDone { RoundBatch b; };    ///< kv-router -> scheduler
+
+}  // namespace specpipe::actors
+
+namespace specpipe::actors {
+
+inline std::vector<int32_t> RoundItem::window() const {
+  std::vector<int32_t> w(recompute);
+  w.push_back(pending);
+  w.insert(w.end(), drafts.begin(), drafts.end());
+  return w;
+}
 
 }  // namespace specpipe::actors

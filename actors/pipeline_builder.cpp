@@ -13,6 +13,7 @@
 #include "model/load_model.h"
 #include "pipeline/lookup_drafter.h"
 #include "pipeline/model_drafter.h"
+#include "pipeline/plugin_kv_writer.h"
 
 namespace specpipe::actors {
 
@@ -27,6 +28,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   PipelineParts p{.target = load_transformer(target_dir),
                   .kv = nullptr,
                   .sink = nullptr,
+                  .planner = nullptr,
                   .drafter = nullptr,
                   .tokenizer = Tokenizer::from_file(target_dir / "tokenizer.json"),
                   .scheduler = {},
@@ -35,7 +37,22 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   KvStoreConfig kv_config = p.target->kv_config(blocks, c.kv.block_size);
   kv_config.prefix_cache = c.kv.prefix_cache;
   p.kv = std::make_shared<KvStore>(kv_config);
-  p.sink = std::make_shared<DirectKvWriter>(*p.kv);
+  // Strategy plugins are loaded and checked before anything runs: a refusal names the
+  // file and the reason (pipeline/plugin_library.h).
+  auto plugin_for = [&](const std::string& name, const std::string& slot) {
+    for (const PluginConfig& pc : c.plugins)
+      if (pc.name == name) {
+        const auto library = PluginLibrary::load(pc.path);
+        return std::make_shared<PluginInstance>(
+            library, slot, describe_model(*p.kv, c.drafter.max_gamma, c.scheduler.max_batch),
+            nlohmann::json::parse(pc.config_json), p.kv.get());
+      }
+    fail(ErrorCode::invalid_argument, "slots.{}.type: plugin '{}' is not declared under plugins", slot, name);
+  };
+  if (c.slots.kv_write == "direct") p.sink = std::make_shared<DirectKvWriter>(*p.kv);
+  else p.sink = std::make_shared<PluginKvWriter>(*p.kv, plugin_for(c.slots.kv_write, "kv_write"));
+  if (c.slots.verify_plan == "fixed") p.planner = std::make_shared<FixedGammaPlanner>();
+  else p.planner = std::make_shared<PluginVerifyPlanner>(plugin_for(c.slots.verify_plan, "verify_plan"));
   int32_t max_positions = p.target->config().max_position_embeddings;
   const DrafterConfig& d = c.drafter;
   switch (d.type) {
@@ -74,9 +91,9 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
 std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const PipelineParts& parts) {
   auto peers = std::make_shared<Peers>();
   peers->verifier = system.spawn(verifier, VerifierDeps{peers, parts.target, parts.kv, parts.sink, parts.prefill_chunk});
-  peers->kv_router = system.spawn(kv_router, KvRouterDeps{peers, parts.kv});
+  peers->kv_router = system.spawn(kv_router, KvRouterDeps{peers, parts.kv, parts.sink});
   peers->draft = system.spawn(draft, DraftDeps{peers, parts.drafter});
-  peers->scheduler = spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer});
+  peers->scheduler = spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner});
   return peers;
 }
 

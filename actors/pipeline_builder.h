@@ -15,6 +15,7 @@
 #include "model/transformer.h"
 #include "pipeline/drafter.h"
 #include "pipeline/pipeline_config.h"
+#include "pipeline/verify_planner.h"
 
 namespace specpipe::actors {
 
@@ -22,7 +23,8 @@ namespace specpipe::actors {
 struct PipelineParts {
   std::shared_ptr<Transformer> target;
   std::shared_ptr<KvStore> kv;
-  std::shared_ptr<KvWriteSink> sink;
+  std::shared_ptr<KvWriteSink> sink;          ///< slot kv_write
+  std::shared_ptr<VerifyPlanner> planner;     ///< slot verify_plan
   std::shared_ptr<Drafter> drafter;
   Tokenizer tokenizer;
   SchedulerConfig scheduler;

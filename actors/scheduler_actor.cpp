@@ -25,6 +25,7 @@ struct Request {
   int32_t pending = -1;
   int32_t position = 0;            ///< target KV length = position of the pending token
   std::vector<int32_t> appended;   ///< for the drafter: context tokens new since last round
+  std::vector<int32_t> recompute;  ///< decided tokens whose K/V the last round could not commit
   Rng rng{0};
   std::unique_ptr<OutputStream> out;
   SpecStats stats;
@@ -54,6 +55,11 @@ class Scheduler : public scheduler_actor::base {
         [this](AdmitDone& w) { admitted(w.b); },
         [this](RoundDone& w) { round_done(w.b); },
         [this](StatsQuery) { return global_stats(); },
+        [this](StrategyMetricsQuery) {
+          nlohmann::json j = planner().metrics();
+          j["strategy"] = planner().name();
+          return j.dump();
+        },
     };
   }
 
@@ -90,7 +96,8 @@ class Scheduler : public scheduler_actor::base {
     if (static_cast<int64_t>(r.prompt.size()) >= cfg().max_positions)
       return Refusal{"out_of_capacity", fmt::format("prompt of {} tokens does not fit the model's {} positions",
                                                     r.prompt.size(), cfg().max_positions)};
-    const int64_t need = blocks_for(static_cast<int64_t>(r.prompt.size()) + p.max_tokens + gamma + 1);
+    const int64_t need =
+        blocks_for(static_cast<int64_t>(r.prompt.size()) + p.max_tokens + (gamma == 0 ? 0 : cfg().max_gamma) + 1);
     if (need > cfg().kv_blocks)
       return Refusal{"out_of_capacity",
                      fmt::format("prompt of {} tokens + {} new tokens needs {} KV blocks, the store has {}",
@@ -106,7 +113,9 @@ class Scheduler : public scheduler_actor::base {
       return refuse(r, {"overloaded", fmt::format("{} requests are waiting", waiting_.size())});
     Request q;
     q.gamma = gamma;
-    q.budget_blocks = blocks_for(static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens + gamma + 1);
+    // The verify_plan strategy may give a speculating request up to max_gamma drafts.
+    q.budget_blocks = blocks_for(static_cast<int64_t>(r.prompt.size()) + r.params.max_tokens +
+                                 (gamma == 0 ? 0 : cfg().max_gamma) + 1);
     q.rng = Rng(r.params.seed);
     StopConditions stop;
     stop.max_tokens = r.params.max_tokens;
@@ -164,16 +173,26 @@ class Scheduler : public scheduler_actor::base {
     if (running_.empty()) return;
     RoundBatch round;
     round.round = next_round_++;
+    // The verify_plan slot decides each sequence's gamma; the window [pending, drafts]
+    // must stay inside both models' positions.
+    std::vector<PlanSequence> plan;
     for (RequestId id : running_) {
-      Request& r = requests_.at(id);
+      const Request& r = requests_.at(id);
+      plan.push_back({id, r.gamma, std::max(0, std::min(r.gamma == 0 ? 0 : cfg().max_gamma, cfg().max_positions - 1 - r.position)),
+                      r.position});
+    }
+    std::vector<int32_t> gamma(plan.size(), 0);
+    planner().plan(plan, costs_.costs(0), gamma);
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Request& r = requests_.at(running_[i]);
       RoundItem item;
-      item.request = id;
+      item.request = running_[i];
       item.seq = r.seq;
       item.appended = std::move(r.appended);
       r.appended.clear();
+      item.recompute = r.recompute;
       item.pending = r.pending;
-      // The window [pending, drafts] must stay inside both models' positions.
-      item.gamma = std::max(0, std::min(r.gamma, cfg().max_positions - 1 - r.position));
+      item.gamma = std::clamp(gamma[i], 0, plan[i].max_gamma);
       item.sampling = r.spec.params.sampling;
       item.rng = r.rng;
       round.items.push_back(std::move(item));
@@ -216,6 +235,18 @@ class Scheduler : public scheduler_actor::base {
     global_times_.commit_ms += t.reserve_ms + t.commit_ms;
     global_times_.messaging_ms += messaging;
     global_times_.draft_failures += t.draft_failures;
+    // What the verify_plan strategy learns from: costs, and each sequence's acceptance.
+    int32_t draft_steps = 0;
+    int64_t window_tokens = 0;
+    std::vector<PlanObservation> observed;
+    for (const RoundItem& item : b.items) {
+      draft_steps = std::max(draft_steps, static_cast<int32_t>(item.drafts.size()));
+      window_tokens += static_cast<int64_t>(item.recompute.size() + 1 + item.drafts.size());
+      if (item.error.empty())
+        observed.push_back({item.request, static_cast<int32_t>(item.drafts.size()), item.accepted});
+    }
+    costs_.add_round(draft_steps, t.draft_ms, window_tokens, t.verify_ms);
+    planner().observe(observed);
     for (RoundItem& item : b.items) {
       auto it = requests_.find(item.request);
       if (it == requests_.end()) continue;
@@ -257,6 +288,15 @@ class Scheduler : public scheduler_actor::base {
     }
     r.stats.generated += static_cast<int64_t>(delta.tokens.size());
     if (r.spec.sink && !delta.tokens.empty()) r.spec.sink->on_delta(delta);
+    // A failed kv_write commit leaves the decided tokens out of the pool: the next window
+    // recomputes them before its pending token.
+    if (item.kv_redo) {
+      r.recompute = item.recompute;
+      r.recompute.push_back(item.pending);
+      r.recompute.insert(r.recompute.end(), item.drafts.begin(), item.drafts.begin() + item.accepted);
+    } else {
+      r.recompute.clear();
+    }
     r.position += item.accepted + 1;
     r.pending = item.next_token;
     r.appended = std::move(produced);
@@ -286,6 +326,7 @@ class Scheduler : public scheduler_actor::base {
       send(d_.peers->kv_router, ReleaseWork{{r.seq}});
       running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
     }
+    planner().forget(id);
     if (r.budgeted) {
       send(d_.peers->draft, DraftFinish{{id}});
       budget_used_ -= r.budget_blocks;
@@ -308,7 +349,11 @@ class Scheduler : public scheduler_actor::base {
     return s;
   }
 
+  VerifyPlanner& planner() { return d_.planner ? *d_.planner : fixed_; }
+
   SchedulerDeps d_;
+  FixedGammaPlanner fixed_;
+  CostModel costs_;
   std::map<RequestId, Request> requests_;
   std::deque<RequestId> waiting_;
   std::vector<RequestId> running_;

@@ -12,6 +12,7 @@
 
 #include "actors/interfaces.h"
 #include "model/tokenizer/tokenizer.h"
+#include "pipeline/verify_planner.h"
 
 namespace specpipe::actors {
 
@@ -31,6 +32,7 @@ struct SchedulerDeps {
   std::shared_ptr<const Peers> peers;
   SchedulerConfig config;
   Tokenizer tokenizer;
+  std::shared_ptr<VerifyPlanner> planner;  ///< slot verify_plan (fixed gamma if null)
 };
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, SchedulerDeps deps);

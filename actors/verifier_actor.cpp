@@ -41,18 +41,22 @@ void verify(VerifierState& st, RoundBatch& b) {
   st.windows.clear();
   st.window_tokens.assign(b.items.size(), {});
   std::vector<size_t> owner;
+  std::vector<WindowPlacement> placements;
   for (size_t i = 0; i < b.items.size(); ++i) {
     RoundItem& it = b.items[i];
     if (!it.error.empty()) continue;
-    auto& tokens = st.window_tokens[i];
-    tokens.push_back(it.pending);
-    tokens.insert(tokens.end(), it.drafts.begin(), it.drafts.end());
-    st.windows.push_back({it.seq, tokens, LogitsMode::all});
+    st.window_tokens[i] = it.window();
+    st.windows.push_back({it.seq, st.window_tokens[i], LogitsMode::all});
+    placements.push_back({it.seq, st.deps.kv->length(it.seq), static_cast<int32_t>(st.window_tokens[i].size())});
     owner.push_back(i);
   }
   try {
-    if (!st.windows.empty()) st.deps.target->forward(st.windows, *st.deps.kv, *st.deps.sink, st.logits);
+    if (!st.windows.empty()) {
+      st.deps.sink->begin_round(placements);
+      st.deps.target->forward(st.windows, *st.deps.kv, *st.deps.sink, st.logits);
+    }
   } catch (const std::exception& e) {
+    st.deps.sink->abort_round();
     for (size_t i : owner) b.items[i].error = e.what();
     b.times.verify_ms += clock.elapsed_ms();
     return;
@@ -61,7 +65,9 @@ void verify(VerifierState& st, RoundBatch& b) {
   const TensorView q = b.q.empty() ? TensorView{} : b.q.acquire(Stream{});
   for (size_t w = 0; w < owner.size(); ++w) {
     RoundItem& it = b.items[owner[w]];
-    auto row = [&](int32_t i) { return st.logits.row(w, i); };
+    // Rows of recomputed tokens only rebuild their K/V; the verdict starts at pending.
+    const auto first = static_cast<int32_t>(it.recompute.size());
+    auto row = [&](int32_t i) { return st.logits.row(w, first + i); };
     try {
       Verdict v;
       if (it.sampling.temperature == 0.0f) {
