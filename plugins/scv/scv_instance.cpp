@@ -1,0 +1,158 @@
+#include "scv_instance.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+#include "scv_errors.h"
+
+namespace specpipe::scv {
+namespace {
+
+/// A field is present when the caller's struct_size covers all of it.
+template <typename T>
+bool has_field(uint32_t struct_size, size_t offset) {
+  return struct_size >= offset + sizeof(T);
+}
+
+double non_negative_cost(double ms, const char* name) {
+  if (!std::isfinite(ms)) throw invalid_argument(std::string("scv: plan: costs.") + name + " is not finite");
+  return ms > 0 ? ms : 0;
+}
+
+}  // namespace
+
+RoundCosts costs_from_abi(const specpipe_plan_costs& c) {
+  RoundCosts out;
+  if (has_field<double>(c.struct_size, offsetof(specpipe_plan_costs, draft_step_ms)))
+    out.draft_step_ms = non_negative_cost(c.draft_step_ms, "draft_step_ms");
+  if (has_field<double>(c.struct_size, offsetof(specpipe_plan_costs, verify_base_ms)))
+    out.verify_base_ms = non_negative_cost(c.verify_base_ms, "verify_base_ms");
+  if (has_field<double>(c.struct_size, offsetof(specpipe_plan_costs, verify_token_ms)))
+    out.verify_token_ms = non_negative_cost(c.verify_token_ms, "verify_token_ms");
+  if (has_field<int32_t>(c.struct_size, offsetof(specpipe_plan_costs, token_budget))) {
+    if (c.token_budget < 0)
+      throw invalid_argument("scv: plan: costs.token_budget " + std::to_string(c.token_budget) + " < 0");
+    out.token_budget = c.token_budget;
+  }
+  return out;
+}
+
+ScvInstance::ScvInstance(const ScvConfig& config, const specpipe_host_api* host)
+    : config_(config),
+      host_(host),
+      tracker_(TrackerOptions{config.prior_acceptance, config.prior_weight, config.memory_rounds}),
+      counters_(config.max_gamma) {}
+
+void ScvInstance::log(int32_t level, const std::string& message) const {
+  if (!host_ || !has_field<void (*)()>(host_->struct_size, offsetof(specpipe_host_api, log)) || !host_->log) return;
+  host_->log(host_->host, level, message.c_str());
+}
+
+void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const RoundCosts& costs,
+                       std::span<int32_t> gamma) {
+  for (size_t i = 0; i < sequences.size(); ++i)
+    if (sequences[i].max_gamma < 0)
+      throw invalid_argument("scv: plan: sequences[" + std::to_string(i) + "] (sequence " +
+                             std::to_string(sequences[i].sequence) + "): max_gamma " +
+                             std::to_string(sequences[i].max_gamma) + " < 0");
+  if (gamma.size() != sequences.size()) throw invalid_argument("scv: plan: gamma and sequences differ in length");
+  if (sequences.empty()) return;
+  ++round_;
+
+  windows_.resize(sequences.size());
+  for (size_t i = 0; i < sequences.size(); ++i)
+    windows_[i] = WindowRequest{tracker_.estimate(sequences[i].sequence),
+                                std::min(sequences[i].max_gamma, config_.max_gamma),
+                                sequences[i].requested_gamma};
+  RoundPlan plan = plan_round(windows_, costs, PlannerOptions{config_.min_gain});
+
+  // Exploration: a sequence the model keeps at 0 would never produce new evidence, so
+  // after probe_interval such rounds it drafts one token (within the budget).
+  int64_t spare_tokens = std::numeric_limits<int64_t>::max();
+  if (costs.token_budget > 0) {
+    spare_tokens = costs.token_budget;
+    for (int32_t g : plan.gamma) spare_tokens -= 1 + g;
+  }
+  const bool may_probe = plan.measured && !plan.budget_exceeded;
+  states_now_.resize(sequences.size());
+  due_.clear();
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    SequenceState& state = states_[sequences[i].sequence];  // references survive rehashing
+    states_now_[i] = &state;
+    state.last_round = round_;
+    if (plan.gamma[i] > 0) {
+      state.rounds_off = 0;
+    } else if (may_probe && windows_[i].cap >= 1 && ++state.rounds_off >= config_.probe_interval) {
+      due_.push_back(i);
+    }
+  }
+  // Under a tight budget the longest-waiting go first, so none starves.
+  std::stable_sort(due_.begin(), due_.end(),
+                   [&](size_t x, size_t y) { return states_now_[x]->rounds_off > states_now_[y]->rounds_off; });
+  for (size_t i : due_) {
+    if (spare_tokens <= 0) break;
+    plan.gamma[i] = 1;
+    --spare_tokens;
+    states_now_[i]->rounds_off = 0;
+    ++counters_.probes;
+  }
+  for (size_t i = 0; i < sequences.size(); ++i) states_now_[i]->last_gamma = plan.gamma[i];
+
+  counters_.record_round(plan.gamma);
+  if (!plan.measured) ++counters_.unmeasured_rounds;
+  if (plan.budget_exceeded) ++counters_.budget_exceeded_rounds;
+  if (plan.measured && plan.plain_tokens_per_ms > 0) {
+    double tokens = 0;
+    for (size_t i = 0; i < sequences.size(); ++i) tokens += expected_tokens(windows_[i].acceptance, plan.gamma[i]);
+    counters_.predicted_speedup_sum += tokens / round_cost_ms(costs, plan.gamma) / plan.plain_tokens_per_ms;
+    ++counters_.predicted_rounds;
+    const bool speculating = *std::max_element(plan.gamma.begin(), plan.gamma.end()) > 0;
+    if (speculating != speculating_)
+      log(0, std::string("scv: speculation ") + (speculating ? "on" : "off") + " at batch " +
+                 std::to_string(sequences.size()) + " (round " + std::to_string(round_) + ")");
+    speculating_ = speculating;
+  }
+  std::copy(plan.gamma.begin(), plan.gamma.end(), gamma.begin());
+  if (round_ % 1024 == 0) evict_stale();
+}
+
+void ScvInstance::observe(std::span<const specpipe_plan_observation> observations) {
+  std::vector<DraftOutcome> outcomes;
+  outcomes.reserve(observations.size());
+  for (const specpipe_plan_observation& o : observations) {
+    outcomes.push_back({o.sequence, o.proposed, o.accepted});
+    states_[o.sequence].last_round = round_;
+  }
+  tracker_.observe(outcomes);
+  counters_.outcomes_observed += observations.size();
+}
+
+void ScvInstance::forget(int64_t sequence) {
+  states_.erase(sequence);
+  tracker_.forget(sequence);
+}
+
+void ScvInstance::evict_stale() {
+  for (auto it = states_.begin(); it != states_.end();) {
+    if (it->second.last_round + kStaleRounds < round_) {
+      tracker_.forget(it->first);
+      it = states_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::string ScvInstance::metrics_json() const {
+  LiveMetrics live;
+  for (const auto& entry : states_)
+    if (entry.second.last_gamma == 0) ++live.speculation_off_sequences_now;
+  live.tracked_sequences = static_cast<int64_t>(states_.size());
+  live.mean_acceptance_estimate = tracker_.mean_estimate();
+  live.batch_acceptance_estimate = tracker_.batch_estimate();
+  return scv::metrics_json(counters_, live);
+}
+
+}  // namespace specpipe::scv

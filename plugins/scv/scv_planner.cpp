@@ -1,0 +1,168 @@
+#include "scv_planner.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace specpipe::scv {
+namespace {
+
+double clamp_acceptance(double a) {
+  if (!(a > 0)) return 0;  // also NaN
+  return a < 1 ? a : 1;
+}
+
+/// One more draft for one window: the l-th draft of window w adds a_w^l expected tokens
+/// (it counts only if all l drafts are accepted) and costs one verify token.
+struct Draft {
+  double value;
+  int32_t level;
+  int32_t window;
+};
+
+/// Lowers the largest gammas first until the windows fit `budget` tokens; the caller has
+/// checked that gamma 0 for all fits.
+void trim_to_budget(std::vector<int32_t>& gamma, int64_t budget) {
+  int64_t total = 0;
+  for (int32_t g : gamma) total += 1 + g;
+  while (total > budget) {
+    const int32_t top = *std::max_element(gamma.begin(), gamma.end());
+    for (int32_t& g : gamma) {
+      if (total <= budget) break;
+      if (g == top) {
+        --g;
+        --total;
+      }
+    }
+  }
+}
+
+class MeasuredPlanner {
+ public:
+  MeasuredPlanner(std::span<const WindowRequest> windows, const RoundCosts& costs, double min_gain)
+      : costs_(costs), min_gain_(min_gain), n_(static_cast<int64_t>(windows.size())) {
+    free_tokens_ = costs.token_budget > 0 ? costs.token_budget - n_ : std::numeric_limits<int64_t>::max();
+    for (size_t w = 0; w < windows.size(); ++w) {
+      const double a = clamp_acceptance(windows[w].acceptance);
+      double value = 1;
+      for (int32_t level = 1; level <= windows[w].cap; ++level) {
+        value *= a;
+        if (value <= 0) break;  // a = 0, or underflow: never worth a token
+        drafts_.push_back({value, level, static_cast<int32_t>(w)});
+        max_level_ = std::max(max_level_, level);
+      }
+    }
+    // Ties (a = 1) go to the lower level first, so every window's drafts are taken in
+    // order 1, 2, ... and "taken drafts of w" is always a prefix: gamma_w = its count.
+    std::sort(drafts_.begin(), drafts_.end(), [](const Draft& x, const Draft& y) {
+      if (x.value != y.value) return x.value > y.value;
+      if (x.level != y.level) return x.level < y.level;
+      return x.window < y.window;
+    });
+  }
+
+  struct Choice {
+    double ratio;         ///< expected tokens per ms
+    int32_t top_level;    ///< the largest gamma it gives any window
+  };
+
+  /// The best tokens/ms with max gamma <= g_max, and those gammas into `gamma` if given.
+  /// For a fixed G the draft cost is a constant, every draft costs one verify token, and
+  /// the ratio (T0 + sum of taken values) / (C0 + s * taken) is maximised by the top
+  /// drafts by value: adding the next one raises the ratio iff value / s exceeds it, and
+  /// once it does not, no later (smaller) one can. min_gain tightens that test.
+  Choice best_for(int32_t g_max, std::vector<int32_t>* gamma) const {
+    double tokens = static_cast<double>(n_);
+    double cost = costs_.verify_base_ms + costs_.verify_token_ms * static_cast<double>(n_) +
+                  costs_.draft_step_ms * g_max;
+    const double bar = costs_.verify_token_ms * (1 + min_gain_);
+    int64_t taken = 0;
+    int32_t top_level = 0;
+    for (const Draft& d : drafts_) {
+      if (taken >= free_tokens_) break;
+      if (d.level > g_max) continue;
+      if (d.value * cost <= bar * tokens) break;  // value / s <= (1 + min_gain) * ratio
+      tokens += d.value;
+      cost += costs_.verify_token_ms;
+      ++taken;
+      top_level = std::max(top_level, d.level);
+      if (gamma) (*gamma)[d.window] = d.level;
+    }
+    return {tokens / cost, top_level};
+  }
+
+  int32_t max_level() const { return max_level_; }
+
+ private:
+  RoundCosts costs_;
+  double min_gain_;
+  int64_t n_;
+  int64_t free_tokens_;
+  int32_t max_level_ = 0;
+  std::vector<Draft> drafts_;
+};
+
+}  // namespace
+
+double expected_tokens(double acceptance, int32_t gamma) {
+  const double a = clamp_acceptance(acceptance);
+  double sum = 1, term = 1;
+  for (int32_t l = 1; l <= gamma; ++l) {
+    term *= a;
+    sum += term;
+  }
+  return sum;
+}
+
+double round_cost_ms(const RoundCosts& costs, std::span<const int32_t> gamma) {
+  int64_t tokens = 0;
+  int32_t g_max = 0;
+  for (int32_t g : gamma) {
+    tokens += 1 + g;
+    g_max = std::max(g_max, g);
+  }
+  return costs.draft_step_ms * g_max + costs.verify_base_ms + costs.verify_token_ms * static_cast<double>(tokens);
+}
+
+RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& costs, const PlannerOptions& options) {
+  RoundPlan plan;
+  const size_t n = windows.size();
+  plan.gamma.assign(n, 0);
+  plan.measured = costs.measured();
+  const int64_t budget = costs.token_budget > 0 ? costs.token_budget : std::numeric_limits<int64_t>::max();
+  plan.budget_exceeded = static_cast<int64_t>(n) > budget;
+
+  if (!plan.budget_exceeded && n > 0) {
+    if (!plan.measured) {
+      for (size_t i = 0; i < n; ++i) plan.gamma[i] = std::clamp(windows[i].requested, 0, std::max(windows[i].cap, 0));
+      trim_to_budget(plan.gamma, budget);
+    } else {
+      const double min_gain = options.min_gain > 0 ? options.min_gain : 0.0;
+      const MeasuredPlanner planner(windows, costs, min_gain);
+      int32_t best_g = 0;
+      double best = planner.best_for(0, nullptr).ratio;
+      for (int32_t g = 1; g <= planner.max_level(); ++g) {
+        const auto choice = planner.best_for(g, nullptr);
+        if (choice.ratio > best * (1 + min_gain)) {
+          best = choice.ratio;
+          best_g = g;
+        }
+        // No level-g draft beat the bar: each has value <= s * R_g, and every deeper one
+        // less, so any plan at G > g is a plan at g plus drafts worth less than R_g per
+        // ms plus more draft steps - it cannot beat R_g (exact at min_gain 0).
+        if (choice.top_level < g) break;
+      }
+      if (best_g > 0) planner.best_for(best_g, &plan.gamma);
+    }
+  }
+
+  for (size_t i = 0; i < n; ++i) plan.expected_tokens += expected_tokens(windows[i].acceptance, plan.gamma[i]);
+  if (plan.measured) {
+    plan.cost_ms = round_cost_ms(costs, plan.gamma);
+    const std::vector<int32_t> zeros(n, 0);
+    const double plain_cost = round_cost_ms(costs, zeros);
+    plan.plain_tokens_per_ms = plain_cost > 0 ? static_cast<double>(n) / plain_cost : 0;
+  }
+  return plan;
+}
+
+}  // namespace specpipe::scv
