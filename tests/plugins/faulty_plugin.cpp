@@ -1,0 +1,165 @@
+// A deliberately faulty plugin for fault-injection tests. It fills both slots with the
+// simplest correct strategies (kv_write: stage rows, write the accepted ones at commit;
+// verify_plan: the requested gamma) and fails on demand, chosen by its config:
+//   {"fail": "create" | "stage" | "commit" | "stage_throw" | "plan_garbage" |
+//            "plan_bad_status" | "none", "at_round": N}
+// Built three ways: as is; with FAULT_WRONG_ABI (its table claims ABI 999); with
+// FAULT_NO_ENTRY (it exports no entry symbol).
+#include <specpipe/plugin.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Window {
+  int64_t sequence;
+  int32_t n;
+  std::vector<int64_t> slots;
+  int64_t first_row;
+};
+
+struct Instance {
+  const specpipe_host_api* host;
+  specpipe_model_desc model;
+  std::string fail = "none";
+  int at_round = 1;
+  int round = 0;
+  std::vector<Window> windows;
+  std::map<int32_t, std::vector<float>> k, v;  // layer -> staged rows
+};
+
+void set_error(char* error, size_t size, const char* message) {
+  if (error && size) std::snprintf(error, size, "%s", message);
+}
+
+bool failing(const Instance* in, const char* what) { return in->fail == what && in->round == in->at_round; }
+
+specpipe_status create(const specpipe_host_api* host, const specpipe_model_desc* model, const char* config,
+                       void** instance, char* error, size_t error_size) {
+  auto* in = new Instance{};
+  in->host = host;
+  in->model = *model;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(config && *config ? config : "{}");
+    in->fail = j.value("fail", std::string("none"));
+    in->at_round = j.value("at_round", 1);
+  } catch (const std::exception& e) {
+    delete in;
+    set_error(error, error_size, e.what());
+    return SPECPIPE_ERR_CONFIG;
+  }
+  if (in->fail == "create") {
+    delete in;
+    set_error(error, error_size, "fail: create (as configured)");
+    return SPECPIPE_ERR_CONFIG;
+  }
+  *instance = in;
+  return SPECPIPE_OK;
+}
+
+void destroy(void* instance) { delete static_cast<Instance*>(instance); }
+
+size_t describe_metrics(void* instance, char* buffer, size_t size) {
+  const auto* in = static_cast<Instance*>(instance);
+  return static_cast<size_t>(std::snprintf(buffer, size, "{\"rounds\": %d}", in->round));
+}
+
+specpipe_status begin(void* instance, const specpipe_window* windows, int32_t count, char*, size_t) {
+  auto* in = static_cast<Instance*>(instance);
+  ++in->round;
+  in->windows.clear();
+  in->k.clear();
+  in->v.clear();
+  int64_t row = 0;
+  for (int32_t i = 0; i < count; ++i) {
+    in->windows.push_back({windows[i].sequence, windows[i].n, {windows[i].slots, windows[i].slots + windows[i].n}, row});
+    row += windows[i].n;
+  }
+  return SPECPIPE_OK;
+}
+
+specpipe_status stage(void* instance, const specpipe_layer_rows* rows, specpipe_stream, char* error, size_t size) {
+  auto* in = static_cast<Instance*>(instance);
+  if (failing(in, "stage") && rows->layer == in->model.num_layers / 2) {
+    set_error(error, size, "fail: stage (as configured)");
+    return SPECPIPE_ERR_INTERNAL;
+  }
+  if (failing(in, "stage_throw") && rows->layer == 1) throw std::runtime_error("stage threw (as configured)");
+  const size_t n = static_cast<size_t>(rows->k->shape[0] * rows->k->shape[1]);
+  const auto* k = static_cast<const float*>(rows->k->data);
+  const auto* v = static_cast<const float*>(rows->v->data);
+  in->k[rows->layer].assign(k, k + n);
+  in->v[rows->layer].assign(v, v + n);
+  return SPECPIPE_OK;
+}
+
+specpipe_status commit(void* instance, const specpipe_window_verdict* verdicts, int32_t count, specpipe_stream stream,
+                       char* error, size_t size) {
+  auto* in = static_cast<Instance*>(instance);
+  const int64_t dim = in->model.kv_dim;
+  for (int32_t layer = 0; layer < in->model.num_layers; ++layer) {
+    // Fails half-way through the layers: the host must not count anything committed.
+    if (failing(in, "commit") && layer == in->model.num_layers / 2) {
+      set_error(error, size, "fail: commit (as configured)");
+      return SPECPIPE_ERR_INTERNAL;
+    }
+    for (int32_t c = 0; c < count; ++c)
+      for (const Window& w : in->windows) {
+        if (w.sequence != verdicts[c].sequence) continue;
+        int64_t shape[2] = {verdicts[c].accepted, dim};
+        DLTensor kt{}, vt{};
+        kt.data = in->k[layer].data() + w.first_row * dim;
+        vt.data = in->v[layer].data() + w.first_row * dim;
+        kt.device = vt.device = {kDLCPU, 0};
+        kt.ndim = vt.ndim = 2;
+        kt.dtype = vt.dtype = {kDLFloat, 32, 1};
+        kt.shape = vt.shape = shape;
+        const specpipe_status s =
+            in->host->write_slots(in->host->host, layer, &kt, &vt, w.slots.data(), verdicts[c].accepted, stream);
+        if (s != SPECPIPE_OK) return s;
+      }
+  }
+  return SPECPIPE_OK;
+}
+
+void abort_round(void* instance) { static_cast<Instance*>(instance)->windows.clear(); }
+
+specpipe_status plan(void* instance, const specpipe_plan_sequence* sequences, int32_t count,
+                     const specpipe_plan_costs*, int32_t* gamma, char* error, size_t size) {
+  auto* in = static_cast<Instance*>(instance);
+  ++in->round;
+  for (int32_t i = 0; i < count; ++i) gamma[i] = sequences[i].requested_gamma;
+  if (failing(in, "plan_garbage") && count > 0) gamma[0] = 999;
+  if (failing(in, "plan_bad_status")) {
+    set_error(error, size, "a status no plugin may return");
+    return 42;
+  }
+  return SPECPIPE_OK;
+}
+
+const specpipe_kv_write_hooks kKvWrite = {begin, stage, commit, abort_round};
+const specpipe_verify_plan_hooks kVerifyPlan = {plan, nullptr, nullptr};
+
+const specpipe_plugin_table kTable = {
+#ifdef FAULT_WRONG_ABI
+    999u,
+#else
+    SPECPIPE_PLUGIN_ABI_VERSION,
+#endif
+    sizeof(specpipe_plugin_table), "faulty", "1.0", "kv_write,verify_plan", create, destroy, describe_metrics,
+    &kKvWrite, &kVerifyPlan};
+
+}  // namespace
+
+#ifndef FAULT_NO_ENTRY
+extern "C" SPECPIPE_PLUGIN_EXPORT const specpipe_plugin_table* specpipe_plugin_entry(uint32_t) { return &kTable; }
+#else
+extern "C" SPECPIPE_PLUGIN_EXPORT const specpipe_plugin_table* not_the_entry(uint32_t) { return &kTable; }
+#endif
