@@ -122,6 +122,7 @@ nlohmann::json kv_write_metrics(const KvWriteSink& sink) {
   const KvWriteStats s = sink.stats();
   nlohmann::json j = {{"rounds", s.rounds},
                       {"pool_rows_written", s.rows_written},
+                      {"prefill_rows_written", s.prefill_rows_written},
                       {"pool_bytes_written", s.rows_written * s.row_bytes},
                       {"pool_rows_not_written", s.rows_not_written},
                       {"pool_bytes_not_written", s.rows_not_written * s.row_bytes},

@@ -27,6 +27,7 @@ void write_rows_to_pool(KvStore& store, int32_t layer, SeqId seq, int32_t start,
 
 void DirectKvWriter::begin_round(std::span<const WindowPlacement> windows) {
   round_.assign(windows.begin(), windows.end());
+  in_round_ = true;
   ++stats_.rounds;
 }
 
@@ -34,6 +35,7 @@ void DirectKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> wi
   for (const WindowKvRows& w : windows) {
     write_rows_to_pool(store_, layer, w.seq, w.start_pos, w.n, w.k, w.v, w.ld);
     stats_.rows_written += w.n;
+    if (!in_round_) stats_.prefill_rows_written += w.n;
   }
 }
 
@@ -44,7 +46,13 @@ bool DirectKvWriter::commit_round(std::span<const WindowCommit> verdicts) {
     for (const WindowPlacement& w : round_)
       if (w.seq == c.seq) stats_.rows_wasted += (w.n - c.accepted) * layers;
   round_.clear();
+  in_round_ = false;
   return true;
+}
+
+void DirectKvWriter::abort_round() {
+  round_.clear();
+  in_round_ = false;
 }
 
 KvWriteStats DirectKvWriter::stats() const {

@@ -40,7 +40,8 @@ struct WindowCommit {
 
 /// Pool traffic of the K/V writes, for statistics and benchmarks.
 struct KvWriteStats {
-  int64_t rows_written = 0;      ///< (token, layer) rows written to the pool
+  int64_t rows_written = 0;      ///< (token, layer) rows written to the pool, prefill included
+  int64_t prefill_rows_written = 0;  ///< of those, rows written outside verify rounds
   int64_t rows_not_written = 0;  ///< rows of rejected tokens kept out of the pool
   int64_t rows_wasted = 0;       ///< rows of rejected tokens written anyway (then truncated)
   int64_t rounds = 0;
@@ -72,11 +73,13 @@ class DirectKvWriter final : public KvWriteSink {
   void begin_round(std::span<const WindowPlacement> windows) override;
   void write_layer(int32_t layer, std::span<const WindowKvRows> windows) override;
   bool commit_round(std::span<const WindowCommit> verdicts) override;
+  void abort_round() override;
   KvWriteStats stats() const override;
 
  private:
   KvStore& store_;
   KvWriteStats stats_;
+  bool in_round_ = false;
   std::vector<WindowPlacement> round_;
 };
 

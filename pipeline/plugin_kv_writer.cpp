@@ -89,6 +89,7 @@ void PluginKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> wi
     if (s > 0) plugin_->count_fallback("stage_declined");
     else plugin_->disable("stage_failed");
     mode_ = Mode::broken;
+    direct_.begin_round(round_);  // the rest of this round's rows are round rows, not prefill
   }
   direct_.write_layer(layer, windows);  // no round (prefill), direct, or broken
 }
@@ -99,6 +100,7 @@ bool PluginKvWriter::commit_round(std::span<const WindowCommit> verdicts) {
   const int64_t layers = store_.config().num_layers;
   if (mode == Mode::direct) return direct_.commit_round(verdicts);
   if (mode == Mode::broken) {
+    direct_.abort_round();
     plugin_->call("abort", [&](char*, size_t) {
       plugin_->table().kv_write->abort(plugin_->handle());
       return SPECPIPE_OK;
@@ -129,6 +131,7 @@ bool PluginKvWriter::commit_round(std::span<const WindowCommit> verdicts) {
 }
 
 void PluginKvWriter::abort_round() {
+  direct_.abort_round();
   if (mode_ == Mode::staged || mode_ == Mode::broken)
     plugin_->call("abort", [&](char*, size_t) {
       plugin_->table().kv_write->abort(plugin_->handle());
@@ -142,6 +145,7 @@ KvWriteStats PluginKvWriter::stats() const {
   KvWriteStats s = stats_;
   const KvWriteStats d = direct_.stats();
   s.rows_written += d.rows_written;
+  s.prefill_rows_written = d.prefill_rows_written;
   s.rows_wasted += d.rows_wasted;
   s.row_bytes = store_.tensors().slot_stride() * 2 * static_cast<int64_t>(sizeof(float));
   return s;
