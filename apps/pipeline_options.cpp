@@ -81,3 +81,27 @@ std::string format_summary(const actors::Completion& c, const PipelineConfig& co
 }
 
 }  // namespace specpipe::app
+
+namespace specpipe::app {
+
+std::string format_strategy_summary(const nlohmann::json& m) {
+  std::string out;
+  const nlohmann::json& kv = m["kv_write"];
+  if (kv.value("strategy", "direct") != "direct") {
+    const nlohmann::json& host = kv["plugin"]["host"];
+    out += fmt::format("kv_write: {}{} | pool rows written: {} (prefill {}) | rejected rows not written: {} | "
+                       "fallbacks: {}\n",
+                       kv["strategy"].get<std::string>(), host.value("disabled", false) ? " (disabled)" : "",
+                       kv["pool_rows_written"].get<int64_t>(), kv["prefill_rows_written"].get<int64_t>(),
+                       kv["pool_rows_not_written"].get<int64_t>(), host["fallbacks"].dump());
+  }
+  const nlohmann::json& plan = m["verify_plan"];
+  if (plan.value("strategy", "fixed") != "fixed") {
+    out += fmt::format("verify_plan: {}{} | gamma histogram: {} | fallbacks: {}\n", plan["strategy"].get<std::string>(),
+                       plan["host"].value("disabled", false) ? " (disabled)" : "",
+                       plan.contains("gamma_hist") ? plan["gamma_hist"].dump() : "n/a", plan["host"]["fallbacks"].dump());
+  }
+  return out;
+}
+
+}  // namespace specpipe::app

@@ -38,5 +38,7 @@ void apply_process_settings(const PipelineConfig& config);
 
 /// The per-request statistics block printed after generation.
 std::string format_summary(const actors::Completion& c, const PipelineConfig& config);
+/// One line per strategy slot filled by a plugin (Engine::strategy_metrics()).
+std::string format_strategy_summary(const nlohmann::json& metrics);
 
 }  // namespace specpipe::app

@@ -126,7 +126,8 @@ struct Endpoint::Impl {
       case RequestType::stats: {
         nlohmann::json j = {{"v", kProtocolVersion}, {"id", r.id}, {"type", "stats"},
                             {"stats", stats_json(engine.stats())}, {"kv", kv_json(engine.kv_occupancy())},
-                            {"draft_kv", kv_json(engine.draft_kv_occupancy())}, {"inflight", inflight.size()}};
+                            {"draft_kv", kv_json(engine.draft_kv_occupancy())}, {"inflight", inflight.size()},
+                            {"strategies", engine.strategy_metrics()}};
         return reply(peer, delimiter, j.dump());
       }
       case RequestType::cancel: {

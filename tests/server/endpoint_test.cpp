@@ -52,6 +52,12 @@ TEST_F(EndpointTest, StreamedOutputEqualsEngineGenerate) {
   const actors::Completion want = server.engine().generate(spec);
   EXPECT_EQ(out.last["tokens"].get<std::vector<int32_t>>(), want.tokens);
   EXPECT_EQ(out.last["text"].get<std::string>(), want.text);
+
+  client.send({{"v", 1}, {"id", "st"}, {"type", "stats"}});
+  const nlohmann::json strategies = client.wait_for("st").last["strategies"];
+  EXPECT_EQ(strategies["kv_write"]["strategy"], "direct") << strategies.dump();
+  EXPECT_EQ(strategies["verify_plan"]["strategy"], "fixed") << strategies.dump();
+  EXPECT_GT(strategies["kv_write"]["pool_rows_written"].get<int64_t>(), 0) << strategies.dump();
 }
 
 TEST_F(EndpointTest, SixtyFourConcurrentClientsEachGetTheirOutput) {
