@@ -17,6 +17,7 @@
 #include "pipeline/plugin_library.h"
 #include "plugins/scv/acceptance_tracker.h"
 #include "plugins/scv/scv_config.h"
+#include "plugins/scv/scv_counters.h"
 #include "plugins/scv/scv_errors.h"
 #include "plugins/scv/scv_instance.h"
 #include "plugins/scv/scv_planner.h"
@@ -280,6 +281,20 @@ TEST(ScvInstance, SpeculationTurnsOffAndComesBackWithAcceptance) {
   for (auto it = high.end() - 64; it != high.end(); ++it) EXPECT_GE(*it, 2);
 }
 
+TEST(ScvCounters, MetricsJsonIsValidWithNonFiniteValues) {
+  specpipe::scv::ScvCounters c(2);
+  c.record_round(std::vector<int32_t>{0, 2, 2});
+  specpipe::scv::LiveMetrics live;
+  live.mean_acceptance_estimate = std::numeric_limits<double>::quiet_NaN();
+  live.batch_acceptance_estimate = std::numeric_limits<double>::infinity();
+  const nlohmann::ordered_json m = nlohmann::ordered_json::parse(specpipe::scv::metrics_json(c, live));
+  EXPECT_TRUE(m.at("mean_acceptance_estimate").is_null()) << m.dump();
+  EXPECT_TRUE(m.at("batch_acceptance_estimate").is_null()) << m.dump();
+  EXPECT_EQ(m.at("gamma_hist").dump(), "[1,0,2]");
+  EXPECT_EQ(m.begin().key(), "rounds");  // the README's order
+  EXPECT_EQ((--m.end()).key(), "mean_predicted_speedup");
+}
+
 // ---- the plugin through the real shared library ------------------------------------
 
 struct LogHost {
@@ -449,6 +464,8 @@ TEST_F(ScvPlugin, ConfigErrorsNameTheKey) {
       {R"({"min_gain": null})", "min_gain"},
       {R"({"gamma": 4})", "gamma"},
       {R"({"probe_interval": 4, "probe_interval": 8})", "probe_interval"},
+      {R"({"gamma": 4, "probe_interval": 4, "probe_interval": 8})", "gamma"},  // document order
+      {R"({"x": {"a": [1, {"b": null}], "a": 2}})", "x"},  // nested values: only the key is judged
   };
   for (const auto& [config, key] : cases) {
     void* i = reinterpret_cast<void*>(0x1);
@@ -456,14 +473,19 @@ TEST_F(ScvPlugin, ConfigErrorsNameTheKey) {
     EXPECT_EQ(i, nullptr);
     EXPECT_NE(std::string(error_).find(std::string("'") + key + "'"), std::string::npos) << config << " -> " << error_;
   }
-  for (const char* bad : {"[1, 2]", "{\"a\": }", "{\"prior_weight\": 2", "{} {}", "{\"a\": 01}"}) {
+  for (const char* bad : {"[1, 2]", "{\"a\": }", "{\"prior_weight\": 2", "{} {}", "{\"a\": 01}", "null", "3"}) {
     void* i = nullptr;
     EXPECT_EQ(create(bad, &i), SPECPIPE_ERR_CONFIG) << bad;
     EXPECT_NE(std::string(error_).find("JSON"), std::string::npos) << error_;
   }
+  // A repeated key is judged with its first value before it is refused as repeated.
+  void* repeated = nullptr;
+  EXPECT_EQ(create(R"({"probe_interval": 0, "probe_interval": 8})", &repeated), SPECPIPE_ERR_CONFIG);
+  EXPECT_NE(std::string(error_).find("got 0"), std::string::npos) << error_;
   // Valid configs: empty text, null, nested values are refused only by key.
   void* ok = nullptr;
   EXPECT_EQ(create("", &ok), SPECPIPE_OK) << error_;
+  EXPECT_EQ(create(" \n\t ", &ok), SPECPIPE_OK) << error_;
   EXPECT_EQ(create(nullptr, &ok), SPECPIPE_OK) << error_;
   EXPECT_EQ(create(R"( {"max_gamma": 3, "min_gain": 0, "prior_acceptance": 1e-1, "memory_rounds": 4} )", &ok),
             SPECPIPE_OK)
