@@ -32,6 +32,7 @@ struct Options {
   std::vector<int32_t> batches = {1, 16};
   int32_t max_tokens = 64;
   int32_t repeat = 3;
+  std::vector<std::string> sections = {"nwor", "scv"};
   std::string json_out;
 };
 
@@ -207,9 +208,11 @@ int run(const Options& o) {
               o.repeat, cpu::num_threads());
   nlohmann::json doc = {{"prompts", o.prompts}, {"max_tokens", o.max_tokens}, {"repeat", o.repeat},
                         {"threads", cpu::num_threads()}};
-  doc["nwor"] = nwor_section(code, o);
+  auto wanted = [&](const char* name) { return std::find(o.sections.begin(), o.sections.end(), name) != o.sections.end(); };
+  if (wanted("nwor")) doc["nwor"] = nwor_section(code, o);
   bool identical = true;
   for (int32_t batch : o.batches) {
+    if (!wanted("scv")) break;
     doc["scv"].push_back(scv_section("code", code, batch, o, identical));
     doc["scv"].push_back(scv_section("shuffled", text, batch, o, identical));
   }
@@ -230,6 +233,7 @@ int main(int argc, char** argv) {
   app.add_option("--batches", o.batches, "requests in flight")->delimiter(',')->capture_default_str();
   app.add_option("--max-tokens", o.max_tokens, "new tokens per request")->capture_default_str();
   app.add_option("--repeat", o.repeat, "runs per configuration (median reported)")->capture_default_str();
+  app.add_option("--sections", o.sections, "what to measure: nwor, scv")->delimiter(',')->capture_default_str();
   app.add_option("--json", o.json_out, "write the JSON report here");
   CLI11_PARSE(app, argc, argv);
   try {
