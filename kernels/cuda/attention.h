@@ -1,0 +1,53 @@
+#pragma once
+/// Causal GQA attention of windows of new tokens over [committed prefix in the paged pool
+/// + the window's own dense K/V], on the GPU. One kernel pair serves prefill chunks,
+/// single-token decode and speculative verify windows. CPU reference: cpu::attention
+/// (kernels/cpu/attention.h).
+///
+/// Two launches: a split-K chunk kernel (grid: chunk x kv head x query row) writes per
+/// (row, head, chunk) a max, a sum of exponentials and the unnormalised value sum; a
+/// combine kernel merges a row's chunks in ascending order. See attention_plan.h for why
+/// this is batch invariant: a row's result depends only on its query and keys [0, p].
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_plan.h"
+
+namespace specpipe::cuda {
+
+struct AttentionShape {
+  int32_t num_heads;     ///< query heads
+  int32_t num_kv_heads;  ///< num_heads % num_kv_heads == 0, group of at most 16
+  int32_t head_dim;      ///< at most 256
+  float scale;           ///< usually 1 / sqrt(head_dim)
+};
+
+/// One layer's pool (FP32, kvstore/kv_tensors.h layout) and the batch's block tables.
+struct PagedPool {
+  const float* k;              ///< [slots, kv_heads, head_dim]; read
+  const float* v;              ///< same layout; read
+  int64_t slot_stride;         ///< floats per slot (kv_heads * head_dim)
+  int32_t block_size;
+  const int32_t* block_tables; ///< all windows' block tables, back to back; read
+};
+
+struct AttentionBatch {
+  const float* q;  ///< [total_tokens, ld_q]: num_heads * head_dim used, RoPE applied; read
+  const float* k;  ///< [total_tokens, ld_kv]: the windows' own keys; read
+  const float* v;  ///< [total_tokens, ld_kv]: the windows' own values; read
+  float* out;      ///< [total_tokens, ld_out]: num_heads * head_dim written
+  int64_t ld_q, ld_kv, ld_out;
+  const AttentionWindowDesc* windows;  ///< [plan.windows.size()] in device memory; read
+  const int32_t* token_window;         ///< [total_tokens] in device memory; read
+  int32_t total_tokens;
+  int32_t max_chunks;                  ///< plan.max_chunks
+  float* workspace;                    ///< plan.workspace_floats(num_heads, head_dim); scratch
+};
+
+/// Enqueues both kernels on `stream`. Returns cudaErrorInvalidValue for an unsupported
+/// shape (head_dim > 256, a group over 16, heads not divisible), else the launch status.
+cudaError_t attention(const AttentionShape& shape, const PagedPool& pool, const AttentionBatch& batch,
+                      cudaStream_t stream);
+
+}  // namespace specpipe::cuda

@@ -1,0 +1,161 @@
+#include "kernels/cuda/elementwise.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/block_reduce.cuh"
+
+namespace specpipe::cuda {
+namespace {
+
+using detail::block_max;
+using detail::block_sum;
+
+constexpr int kRowThreads = 128;  // one block per row: the reduction order depends on this only
+
+__device__ inline float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+__global__ void embedding_kernel(DType dtype, const void* table, int64_t dim, const int32_t* tokens,
+                                 float* out, int64_t ld_out) {
+  const int64_t row = blockIdx.x;
+  const int64_t id = tokens[row];
+  float* dst = out + row * ld_out;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    const int64_t at = id * dim + d;
+    float v;
+    if (dtype == DType::f32) v = static_cast<const float*>(table)[at];
+    else if (dtype == DType::bf16) v = bf16_bits_to_f32(static_cast<const uint16_t*>(table)[at]);
+    else v = __half2float(__ushort_as_half(static_cast<const uint16_t*>(table)[at]));
+    dst[d] = v;
+  }
+}
+
+__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* weight, float eps, int32_t heads,
+                                int64_t dim, float* y, int64_t ldy) {
+  __shared__ float scratch[kRowThreads / 32];
+  const int64_t row = blockIdx.x / heads;
+  const int64_t head = blockIdx.x % heads;
+  const float* xr = x + row * ldx + head * dim;
+  float* yr = y + row * ldy + head * dim;
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) acc = fmaf(xr[i], xr[i], acc);
+  const float mean = block_sum<kRowThreads>(acc, scratch) / static_cast<float>(dim);
+  const float scale = 1.0f / sqrtf(mean + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = weight[i] * (xr[i] * scale);
+}
+
+__global__ void rope_kernel(const float* cos, const float* sin, int32_t head_dim, const int32_t* positions,
+                            float* x, int64_t ldx, int32_t heads) {
+  const int32_t half = head_dim / 2;
+  const int64_t row = blockIdx.x;
+  const float* c = cos + int64_t{positions[row]} * half;
+  const float* s = sin + int64_t{positions[row]} * half;
+  for (int32_t t = threadIdx.x; t < heads * half; t += blockDim.x) {
+    const int32_t h = t / half, i = t % half;
+    float* v = x + row * ldx + int64_t{h} * head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c[i] - b * s[i];
+    v[i + half] = b * c[i] + a * s[i];
+  }
+}
+
+__global__ void silu_gate_kernel(const float* gate, const float* up, float* out, int64_t n, int64_t ld) {
+  const int64_t row = blockIdx.y;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t o = row * ld + i;
+    const float g = gate[o];
+    out[o] = g / (1.0f + expf(-g)) * up[o];
+  }
+}
+
+__device__ inline uint16_t f32_to_bf16_rne(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__global__ void f32_to_bf16_kernel(const float* x, int64_t cols, int64_t ldx, uint16_t* y, int64_t ldy) {
+  const int64_t row = blockIdx.y;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < cols; i += int64_t{gridDim.x} * blockDim.x)
+    y[row * ldy + i] = f32_to_bf16_rne(x[row * ldx + i]);
+}
+
+/// (value, index) that wins: larger value, then lower index.
+__device__ inline bool beats(float v, int32_t i, float best_v, int32_t best_i) {
+  return v > best_v || (v == best_v && i < best_i);
+}
+
+__global__ void argmax_kernel(const float* logits, int64_t vocab, int64_t ld, int32_t* out) {
+  __shared__ float sv[kRowThreads / 32];
+  __shared__ int32_t si[kRowThreads / 32];
+  const float* row = logits + int64_t{blockIdx.x} * ld;
+  float best_v = -INFINITY;
+  int32_t best_i = INT32_MAX;
+  for (int64_t i = threadIdx.x; i < vocab; i += kRowThreads)
+    if (beats(row[i], static_cast<int32_t>(i), best_v, best_i)) best_v = row[i], best_i = static_cast<int32_t>(i);
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(detail::kFullMask, best_v, o);
+    const int32_t i = __shfl_xor_sync(detail::kFullMask, best_i, o);
+    if (beats(v, i, best_v, best_i)) best_v = v, best_i = i;
+  }
+  if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = best_v, si[threadIdx.x / 32] = best_i;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kRowThreads / 32; ++w)
+      if (beats(sv[w], si[w], best_v, best_i)) best_v = sv[w], best_i = si[w];
+    // A row of NaNs (or -inf only) keeps index 0, as the CPU scan does.
+    out[blockIdx.x] = best_i == INT32_MAX ? 0 : best_i;
+  }
+}
+
+dim3 columns_grid(int64_t cols, int64_t rows, int threads) {
+  const int64_t blocks = (cols + threads - 1) / threads;
+  return dim3(static_cast<unsigned>(blocks < 1024 ? blocks : 1024), static_cast<unsigned>(rows));
+}
+
+}  // namespace
+
+cudaError_t embedding(DType dtype, const void* table, int64_t dim, const int32_t* tokens, int32_t n, float* out,
+                      int64_t ld_out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  embedding_kernel<<<n, 256, 0, stream>>>(dtype, table, dim, tokens, out, ld_out);
+  return detail::launch_status();
+}
+
+cudaError_t rms_norm(const float* x, int64_t ldx, const float* weight, float eps, int64_t rows, int32_t heads,
+                     int64_t dim, float* y, int64_t ldy, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  rms_norm_kernel<<<static_cast<unsigned>(rows * heads), kRowThreads, 0, stream>>>(x, ldx, weight, eps, heads, dim,
+                                                                                   y, ldy);
+  return detail::launch_status();
+}
+
+cudaError_t rope(const float* cos, const float* sin, int32_t head_dim, const int32_t* positions, int64_t rows,
+                 float* x, int64_t ldx, int32_t heads, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  rope_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(cos, sin, head_dim, positions, x, ldx, heads);
+  return detail::launch_status();
+}
+
+cudaError_t silu_gate(const float* gate, const float* up, float* out, int64_t rows, int64_t n, int64_t ld,
+                      cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  silu_gate_kernel<<<columns_grid(n, rows, 256), 256, 0, stream>>>(gate, up, out, n, ld);
+  return detail::launch_status();
+}
+
+cudaError_t f32_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ldx, uint16_t* y, int64_t ldy,
+                        cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  f32_to_bf16_kernel<<<columns_grid(cols, rows, 256), 256, 0, stream>>>(x, cols, ldx, y, ldy);
+  return detail::launch_status();
+}
+
+cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, int64_t ld, int32_t* out, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  argmax_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(logits, vocab, ld, out);
+  return detail::launch_status();
+}
+
+}  // namespace specpipe::cuda

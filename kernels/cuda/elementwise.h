@@ -1,0 +1,56 @@
+#pragma once
+/// Row-wise CUDA kernels of the transformer layer: embedding gather, RMSNorm (and per-head
+/// QK-norm), RoPE, SiLU gate, BF16 conversion of activations, argmax.
+///
+/// Every function takes device pointers and a stream, enqueues its work and returns the
+/// launch status (cudaSuccess, or the error cudaGetLastError() reported). Nothing is
+/// synchronised and nothing is validated beyond what a launch needs: callers check shapes
+/// (see kernels/README.md). Batch invariant: one block owns one row (one head of a row for
+/// the norms), and its reduction order depends only on the row's length.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace specpipe::cuda {
+
+/// CPU reference: cpu::embedding. out[i, :] = table[tokens[i], :] as float32.
+/// table: [vocab, dim] in `dtype` (f32, f16 or bf16); read. tokens: [n] ids, each in
+/// [0, vocab) (the caller checks: the ids come from the host); read. out: [n, ld_out]
+/// float32, columns [0, dim) written.
+cudaError_t embedding(DType dtype, const void* table, int64_t dim, const int32_t* tokens, int32_t n,
+                      float* out, int64_t ld_out, cudaStream_t stream);
+
+/// CPU reference: cpu::rms_norm. For each row r and head h < heads:
+///   y[r, h*dim : (h+1)*dim] = x[...] / sqrt(mean(x[...]^2) + eps) * weight
+/// heads = 1 is the layer norm over `dim` features; heads > 1 is the per-head QK-norm of
+/// Qwen3 (weight shared by the heads). x: [rows, ldx] read; weight: [dim] read;
+/// y: [rows, ldy] written (may alias x when ldx == ldy).
+cudaError_t rms_norm(const float* x, int64_t ldx, const float* weight, float eps, int64_t rows,
+                     int32_t heads, int64_t dim, float* y, int64_t ldy, cudaStream_t stream);
+
+/// CPU reference: cpu::apply_rope. Rotates the first `heads` head vectors of each row
+/// in place, row r at position positions[r], rotate-half convention.
+/// cos, sin: [max_positions, head_dim / 2], the cpu::RopeTable's arrays uploaded as they
+/// are (same angles, bit for bit); read. positions: [rows], each < max_positions; read.
+/// x: [rows, ldx], heads * head_dim floats used; read and written.
+cudaError_t rope(const float* cos, const float* sin, int32_t head_dim, const int32_t* positions,
+                 int64_t rows, float* x, int64_t ldx, int32_t heads, cudaStream_t stream);
+
+/// CPU reference: cpu::silu_gate. out[r, i] = gate / (1 + exp(-gate)) * up, i < n.
+/// gate, up: [rows, ld] read; out: [rows, ld] written (may alias gate).
+cudaError_t silu_gate(const float* gate, const float* up, float* out, int64_t rows, int64_t n,
+                      int64_t ld, cudaStream_t stream);
+
+/// CPU reference: f32_to_bf16 (core/dtype.h), round to nearest even.
+/// x: [rows, ldx] float32 read; y: [rows, ldy] bf16 bits, columns [0, cols) written.
+cudaError_t f32_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ldx, uint16_t* y,
+                        int64_t ldy, cudaStream_t stream);
+
+/// CPU reference: cpu::argmax. out[r] = index of the largest of logits[r, 0:vocab); the
+/// lowest index wins a tie. logits: [rows, ld] read; out: [rows] written.
+cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, int64_t ld, int32_t* out,
+                   cudaStream_t stream);
+
+}  // namespace specpipe::cuda

@@ -1,0 +1,76 @@
+#pragma once
+/// Dense projections y = x W^T on the GPU (CPU reference: cpu::linear).
+///
+/// Two implementations with the same contract, both batch invariant for m = 1..max_m
+/// (a row's result never depends on m or on the other rows; kernels/cuda/README.md):
+///   LtGemm        cuBLASLt, one algorithm pinned per shape (no split-K, no reduction
+///                 scheme), picked once by the heuristic at m = max_m and reused for
+///                 every m after cublasLtMatmulAlgoCheck accepted it for each m.
+///   gemm_rows_bf16 a plain kernel for small m: a warp per output column, a fixed
+///                 per-lane FMA chain over k and a fixed butterfly across lanes.
+/// BF16 path: W bf16, x converted to bf16 (cuda::f32_to_bf16), FP32 accumulate, FP32 y.
+/// F32 path (LtGemm only): everything float32, FP32 compute (no TF32).
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specpipe::cuda {
+
+enum class GemmPrecision { bf16, f32 };
+
+struct GemmShape {
+  int64_t n;    ///< output features (rows of W)
+  int64_t k;    ///< input features
+  int64_t ldx;  ///< row stride of x in elements
+  int64_t ldy;  ///< row stride of y in floats
+  int32_t max_m = 64;
+  GemmPrecision precision = GemmPrecision::bf16;
+};
+
+class LtGemm {
+ public:
+  LtGemm() = default;
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  /// Creates the descriptors for m = 1..max_m, asks the heuristic (at m = max_m) for
+  /// candidates without split-K or reduction, and pins the first that AlgoCheck accepts
+  /// for every m; allocates the workspace it needs. Returns CUBLAS_STATUS_SUCCESS,
+  /// CUBLAS_STATUS_NOT_SUPPORTED when no candidate fits every m, or the first error.
+  cublasStatus_t init(cublasLtHandle_t handle, const GemmShape& shape);
+
+  /// y[0:m, 0:n] = x[0:m] W^T. x: [m, ldx] bf16 bits (or float for f32); read.
+  /// w: [n, k] row-major (a torch Linear weight), same element type; read.
+  /// y: [m, ldy] float32; written. 1 <= m <= max_m.
+  cublasStatus_t run(const void* x, const void* w, float* y, int32_t m, cudaStream_t stream) const;
+
+  /// "algo 23 tile 18 stages 9 splitk 1 reduction 0 swizzle 0 custom 0 cluster 0 ws 0".
+  const std::string& description() const { return description_; }
+
+ private:
+  void release();
+
+  cublasLtHandle_t handle_ = nullptr;
+  GemmShape shape_{};
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t w_layout_ = nullptr;
+  std::vector<cublasLtMatrixLayout_t> x_layouts_, y_layouts_;  // index m - 1
+  cublasLtMatmulAlgo_t algo_{};
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::string description_;
+};
+
+/// y[r, j] = sum_k x[r, k] * w[j, k] for r < m, j < n, in one fixed order per output:
+/// lane l of the warp owning column j accumulates k = 8l + 256t + e (t ascending, e < 8)
+/// with fmaf, then a butterfly over the 32 lanes. x: [m, ldx] bf16 bits; w: [n, k] bf16
+/// row-major; y: [m, ldy] float32 written. Requires k % 8 == 0, ldx % 8 == 0 and 16-byte
+/// aligned x and w (returns cudaErrorInvalidValue otherwise).
+cudaError_t gemm_rows_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y,
+                           int64_t ldy, int32_t m, cudaStream_t stream);
+
+}  // namespace specpipe::cuda

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the GPU tools here and packs them for the GPU machine:
+#   gpu-bundle/bin/  the executables (specpipe_cuda_check, and any other GPU tool built)
+#   gpu-bundle/lib/  the non-system shared libraries they need (fmt, ...), from ldd
+# Left out: what every Linux has (libc, libm, libstdc++, libgcc_s, ld-linux, ...) and
+# what the GPU machine's CUDA 13 provides (libcuda, libcudart, libcublas*, libnvidia*).
+# Then, on the GPU machine, from the repository root: bash tools/gpu/check.sh
+#
+# Usage: tools/gpu/bundle.sh            (build dir: $SPECPIPE_GPU_BUILD or build-gpu)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+build="${SPECPIPE_GPU_BUILD:-$root/build-gpu}"
+bundle="$root/gpu-bundle"
+jobs="${SPECPIPE_JOBS:-1}"
+tools=(specpipe_cuda_check)
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECPIPE_CUDA=ON \
+  -DSPECPIPE_BUILD_BENCH=OFF >/dev/null
+nice cmake --build "$build" -j"$jobs" --target "${tools[@]}"
+
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib"
+system_lib='^(linux-vdso|libc\.|libm\.|libstdc\+\+|libgcc_s|ld-linux|libdl\.|librt\.|libpthread\.|libcuda\.|libcudart|libcublas|libnvidia|libnvrtc)'
+for t in "${tools[@]}"; do
+  exe="$(find "$build" -type f -name "$t" -perm -u+x | head -n1)"
+  [[ -n "$exe" ]] || { echo "bundle: $t was not built" >&2; exit 1; }
+  cp "$exe" "$bundle/bin/"
+  # "libfmt.so.9 => /lib/x86_64-linux-gnu/libfmt.so.9 (0x...)": keep name and path.
+  ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
+    if [[ ! "$name" =~ $system_lib ]]; then cp -L "$path" "$bundle/lib/$name"; fi
+  done
+done
+git -C "$root" rev-parse --short HEAD >"$bundle/COMMIT" 2>/dev/null || true
+echo "bundle: $(du -sh "$bundle" | cut -f1) in $bundle"
+ls -l "$bundle/bin" "$bundle/lib"

@@ -1,0 +1,207 @@
+// cuda::attention against cpu::attention, and its batch invariance: a token's output is
+// bitwise the same in a verify window of any size, in plain decode, and beside other
+// windows in a batch.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention.h"
+#include "tools/gpu/check_support.h"
+
+namespace specpipe::gpu_check {
+namespace {
+
+constexpr int32_t kBlockSize = 16;
+
+/// A layer's pool with some sequences in it, on the host and the device.
+struct PoolFixture {
+  int32_t kv_heads, head_dim;
+  int64_t stride;
+  std::vector<float> k, v;
+  DeviceBuffer<float> dk, dv;
+  int32_t next_block = 0;
+
+  PoolFixture(int32_t kv, int32_t hd, int32_t blocks, uint32_t seed)
+      : kv_heads(kv), head_dim(hd), stride(int64_t{kv} * hd),
+        k(random_floats(static_cast<size_t>(blocks) * kBlockSize * stride, seed)),
+        v(random_floats(static_cast<size_t>(blocks) * kBlockSize * stride, seed + 1)) {}
+  void upload() {
+    dk = DeviceBuffer<float>(k);
+    dv = DeviceBuffer<float>(v);
+  }
+  /// A block table for `positions` positions, its blocks taken in a shuffled order.
+  std::vector<int32_t> table(int32_t positions, uint32_t seed) {
+    const int32_t count = (positions + kBlockSize - 1) / kBlockSize;
+    std::vector<int32_t> t(static_cast<size_t>(count));
+    std::iota(t.begin(), t.end(), next_block);
+    next_block += count;
+    std::shuffle(t.begin(), t.end(), std::mt19937(seed));
+    return t;
+  }
+  int64_t slot(const std::vector<int32_t>& table, int32_t pos) const {
+    return int64_t{table[static_cast<size_t>(pos / kBlockSize)]} * kBlockSize + pos % kBlockSize;
+  }
+};
+
+struct Window {
+  int32_t prefix_len;
+  int32_t n;
+  const std::vector<int32_t>* table;
+  const float* q;  // [n, H*hd]
+  const float* k;  // [n, KV*hd]
+  const float* v;
+};
+
+/// Runs the windows as one GPU batch; returns out [total, H*hd].
+std::vector<float> gpu_attention(const cuda::AttentionShape& s, PoolFixture& pool, const std::vector<Window>& windows,
+                                 cudaStream_t stream, double* time_us_out = nullptr) {
+  const int64_t ldq = int64_t{s.num_heads} * s.head_dim, ldkv = int64_t{s.num_kv_heads} * s.head_dim;
+  std::vector<cuda::AttentionWindowSpec> specs;
+  std::vector<int32_t> tables;
+  std::vector<float> q, k, v;
+  for (const Window& w : windows) {
+    specs.push_back({w.prefix_len, w.n, static_cast<int32_t>(tables.size())});
+    tables.insert(tables.end(), w.table->begin(), w.table->end());
+    q.insert(q.end(), w.q, w.q + w.n * ldq);
+    k.insert(k.end(), w.k, w.k + w.n * ldkv);
+    v.insert(v.end(), w.v, w.v + w.n * ldkv);
+  }
+  const cuda::AttentionPlan plan = cuda::plan_attention(specs);
+  DeviceBuffer<float> dq(q), dk(k), dv(v), dout(static_cast<size_t>(plan.total_tokens * ldq));
+  DeviceBuffer<float> ws(static_cast<size_t>(plan.workspace_floats(s.num_heads, s.head_dim)));
+  DeviceBuffer<int32_t> dtables(tables), dtoken(plan.token_window);
+  DeviceBuffer<cuda::AttentionWindowDesc> ddesc(plan.windows);
+  const cuda::PagedPool p{pool.dk.get(), pool.dv.get(), pool.stride, kBlockSize, dtables.get()};
+  const cuda::AttentionBatch b{dq.get(), dk.get(), dv.get(), dout.get(), ldq, ldkv, ldq, ddesc.get(), dtoken.get(),
+                               plan.total_tokens, plan.max_chunks, ws.get()};
+  CUDA_OK(cuda::attention(s, p, b, stream));
+  if (time_us_out) *time_us_out = time_us(stream, 5, 50, [&] { cuda::attention(s, p, b, stream); });
+  return dout.download();
+}
+
+std::vector<float> cpu_attention(const cuda::AttentionShape& s, const PoolFixture& pool, const Window& w) {
+  const int64_t ldq = int64_t{s.num_heads} * s.head_dim, ldkv = int64_t{s.num_kv_heads} * s.head_dim;
+  std::vector<float> out(static_cast<size_t>(w.n * ldq), 0.0f);
+  const cpu::AttentionShape cs{s.num_heads, s.num_kv_heads, s.head_dim, s.scale};
+  const cpu::AttentionWindow cw{{pool.k.data(), pool.v.data(), pool.stride, w.table->data(), kBlockSize, w.prefix_len},
+                                w.q, w.k, w.v, ldq, ldkv, w.n, out.data(), ldq};
+  cpu::attention(cs, std::span<const cpu::AttentionWindow>(&cw, 1));
+  return out;
+}
+
+cuda::AttentionShape shape_of(int32_t heads, int32_t kv, int32_t hd) {
+  return {heads, kv, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+}
+
+void check_accuracy(Report& report, cudaStream_t stream, int32_t heads, int32_t kv, int32_t hd,
+                    const std::vector<std::pair<int32_t, int32_t>>& prefix_and_n, uint32_t seed) {
+  const cuda::AttentionShape s = shape_of(heads, kv, hd);
+  const int64_t ldq = int64_t{heads} * hd, ldkv = int64_t{kv} * hd;
+  int32_t blocks = 0;
+  for (auto [p, n] : prefix_and_n) blocks += (p + n + kBlockSize - 1) / kBlockSize;
+  PoolFixture pool(kv, hd, blocks, seed);
+  pool.upload();
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> qs, ks, vs;
+  for (size_t i = 0; i < prefix_and_n.size(); ++i) {
+    auto [p, n] = prefix_and_n[i];
+    tables.push_back(pool.table(p + n, seed + 10 + static_cast<uint32_t>(i)));
+    qs.push_back(random_floats(static_cast<size_t>(n * ldq), seed + 100 + static_cast<uint32_t>(i), -2.0f, 2.0f));
+    ks.push_back(random_floats(static_cast<size_t>(n * ldkv), seed + 200 + static_cast<uint32_t>(i), -2.0f, 2.0f));
+    vs.push_back(random_floats(static_cast<size_t>(n * ldkv), seed + 300 + static_cast<uint32_t>(i)));
+  }
+  std::vector<Window> windows;
+  std::vector<float> ref;
+  for (size_t i = 0; i < prefix_and_n.size(); ++i) {
+    windows.push_back({prefix_and_n[i].first, prefix_and_n[i].second, &tables[i], qs[i].data(), ks[i].data(),
+                       vs[i].data()});
+    const auto r = cpu_attention(s, pool, windows.back());
+    ref.insert(ref.end(), r.begin(), r.end());
+  }
+  const auto got = gpu_attention(s, pool, windows, stream);
+  std::string name = fmt::format("attention_vs_cpu h{} kv{} hd{} windows", heads, kv, hd);
+  for (auto [p, n] : prefix_and_n) name += fmt::format(" {}+{}", p, n);
+  report.compare(name, got, ref, 1e-4);
+}
+
+/// One sequence at prefix P with a window of 9 tokens whose K/V are also in the pool (as
+/// after the window was accepted): window sizes 1..9, one-token decode at P + i, and the
+/// window batched beside others must all give the same bits per token.
+void check_invariance(Report& report, cudaStream_t stream) {
+  const int32_t heads = 32, kv = 8, hd = 128, P = 250, N = 9;  // positions 250..258 cross the chunk edge at 256
+  const cuda::AttentionShape s = shape_of(heads, kv, hd);
+  const int64_t ldq = int64_t{heads} * hd, ldkv = int64_t{kv} * hd;
+  PoolFixture pool(kv, hd, 200, 901);
+  const auto table = pool.table(P + N, 902);
+  const auto other_a = pool.table(1000 + 4, 903), other_b = pool.table(2, 904);
+  const auto q = random_floats(static_cast<size_t>(N * ldq), 905, -2.0f, 2.0f);
+  const auto k = random_floats(static_cast<size_t>(N * ldkv), 906, -2.0f, 2.0f);
+  const auto v = random_floats(static_cast<size_t>(N * ldkv), 907);
+  for (int32_t i = 0; i < N; ++i) {  // the window's K/V also in its pool slots
+    const int64_t slot = pool.slot(table, P + i);
+    std::copy_n(k.begin() + i * ldkv, ldkv, pool.k.begin() + slot * pool.stride);
+    std::copy_n(v.begin() + i * ldkv, ldkv, pool.v.begin() + slot * pool.stride);
+  }
+  pool.upload();
+  const auto full = gpu_attention(s, pool, {{P, N, &table, q.data(), k.data(), v.data()}}, stream);
+
+  std::vector<float> decode, sizes_got, sizes_ref;
+  for (int32_t i = 0; i < N; ++i) {
+    const auto row = gpu_attention(
+        s, pool, {{P + i, 1, &table, q.data() + i * ldq, k.data() + i * ldkv, v.data() + i * ldkv}}, stream);
+    decode.insert(decode.end(), row.begin(), row.end());
+  }
+  report.bitwise("attention_invariance decode(P+i) == window9 row i", decode.data(), full.data(), full.size());
+  for (int32_t n = 1; n <= N; ++n) {
+    const auto out = gpu_attention(s, pool, {{P, n, &table, q.data(), k.data(), v.data()}}, stream);
+    sizes_got.insert(sizes_got.end(), out.begin(), out.end());
+    sizes_ref.insert(sizes_ref.end(), full.begin(), full.begin() + n * ldq);
+  }
+  report.bitwise("attention_invariance window sizes 1..9", sizes_got.data(), sizes_ref.data(), sizes_ref.size());
+
+  const auto oq = random_floats(static_cast<size_t>(6 * ldq), 908), ok = random_floats(static_cast<size_t>(6 * ldkv), 909);
+  const auto batched = gpu_attention(s, pool,
+                                     {{1000, 4, &other_a, oq.data(), ok.data(), ok.data()},
+                                      {P, N, &table, q.data(), k.data(), v.data()},
+                                      {0, 2, &other_b, oq.data() + 4 * ldq, ok.data() + 4 * ldkv, ok.data()}},
+                                     stream);
+  report.bitwise("attention_invariance batched beside other windows", batched.data() + 4 * ldq, full.data(),
+                 full.size());
+}
+
+void time_attention(Report& report, cudaStream_t stream) {
+  const int32_t heads = 32, kv = 8, hd = 128;  // Llama-3-8B
+  const cuda::AttentionShape s = shape_of(heads, kv, hd);
+  const int64_t ldq = int64_t{heads} * hd, ldkv = int64_t{kv} * hd;
+  for (int32_t context : {4096, 32768}) {
+    PoolFixture pool(kv, hd, context / kBlockSize + 1, 950);
+    pool.upload();
+    const auto table = pool.table(context + 9, 951);
+    const auto q = random_floats(static_cast<size_t>(9 * ldq), 952), k = random_floats(static_cast<size_t>(9 * ldkv), 953);
+    for (int32_t n : {1, 5, 9}) {
+      double us = 0;
+      gpu_attention(s, pool, {{context - n, n, &table, q.data(), k.data(), k.data()}}, stream, &us);
+      const double kv_bytes = 2.0 * context * ldkv * sizeof(float);
+      report.timing({{"name", fmt::format("attention llama3-8b context {} window {}", context, n)},
+                     {"us", us},
+                     {"kv_bytes", kv_bytes},
+                     {"kv_read_GBps", kv_bytes / us * 1e-3}});
+    }
+  }
+}
+
+}  // namespace
+
+void check_attention(Report& report, cudaStream_t stream, const Options& options) {
+  check_accuracy(report, stream, 32, 8, 128, {{0, 5}, {300, 1}, {1000, 9}}, 801);
+  check_accuracy(report, stream, 16, 8, 64, {{37, 3}, {128, 1}}, 811);
+  check_accuracy(report, stream, 16, 8, 128, {{4000, 2}}, 821);
+  check_accuracy(report, stream, 14, 2, 64, {{255, 2}, {0, 1}}, 831);  // group of 7
+  check_invariance(report, stream);
+  if (options.timing) time_attention(report, stream);
+}
+
+}  // namespace specpipe::gpu_check

@@ -1,0 +1,205 @@
+// GEMMs (cuBLASLt with a pinned algorithm, and the small-m row kernel) against
+// cpu::linear, their batch invariance for m = 1..64, and their speed at Llama-3-8B
+// shapes against the device-to-device copy bandwidth.
+#include <cublasLt.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "core/dtype.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/packed_matrix.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "tools/gpu/check_support.h"
+
+namespace specpipe::gpu_check {
+namespace {
+
+void lt_ok(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cublas status " + std::to_string(static_cast<int>(st)));
+}
+
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> b(x.size());
+  for (size_t i = 0; i < x.size(); ++i) b[i] = f32_to_bf16(x[i]);
+  return b;
+}
+std::vector<float> round_bf16(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  return r;
+}
+
+std::vector<float> cpu_linear(DType t, const void* w, int64_t n, int64_t k, const std::vector<float>& x, int64_t m,
+                              int64_t ldx, int64_t ldy) {
+  const cpu::PackedMatrix packed(t, w, n, k);
+  std::vector<float> y(static_cast<size_t>(m * ldy), 0.0f);
+  const cpu::LinearTarget target{&packed, nullptr, y.data(), ldy, false};
+  cpu::linear(x.data(), m, k, ldx, std::span<const cpu::LinearTarget>(&target, 1));
+  return y;
+}
+
+/// The three implementations behind one signature: y[0:m] from x (bf16 or f32 on the device).
+struct GemmImpl {
+  std::string name;
+  bool bf16;
+  std::function<void(const void* x, const void* w, float* y, int32_t m)> run;
+};
+
+std::vector<GemmImpl> implementations(cublasLtHandle_t lt, const cuda::GemmShape& base, cudaStream_t stream,
+                                      std::vector<std::unique_ptr<cuda::LtGemm>>& keep, Report& report,
+                                      const std::string& tag) {
+  std::vector<GemmImpl> out;
+  for (auto precision : {cuda::GemmPrecision::bf16, cuda::GemmPrecision::f32}) {
+    cuda::GemmShape shape = base;
+    shape.precision = precision;
+    auto g = std::make_unique<cuda::LtGemm>();
+    const std::string name = precision == cuda::GemmPrecision::bf16 ? "lt_bf16" : "lt_f32";
+    if (cublasStatus_t st = g->init(lt, shape); st != CUBLAS_STATUS_SUCCESS) {
+      report.fail("gemm " + name + " init " + tag, "cublas status " + std::to_string(static_cast<int>(st)));
+      continue;
+    }
+    report.info("algo " + name + " " + tag, g->description());
+    cuda::LtGemm* p = g.get();
+    keep.push_back(std::move(g));
+    out.push_back({name, precision == cuda::GemmPrecision::bf16,
+                   [p, stream](const void* x, const void* w, float* y, int32_t m) {
+                     lt_ok(p->run(x, w, y, m, stream), "LtGemm::run");
+                   }});
+  }
+  const int64_t n = base.n, k = base.k, ldx = base.ldx, ldy = base.ldy;
+  out.push_back({"rows_bf16", true, [=](const void* x, const void* w, float* y, int32_t m) {
+                   CUDA_OK(cuda::gemm_rows_bf16(static_cast<const uint16_t*>(x), ldx, static_cast<const uint16_t*>(w),
+                                                n, k, y, ldy, m, stream));
+                 }});
+  return out;
+}
+
+void check_accuracy_and_invariance(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
+  const int64_t n = 1536, k = 1024, ldx = k + 64, ldy = n + 32;
+  const int32_t M = 64;
+  const auto w = random_floats(static_cast<size_t>(n * k), 1001, -0.1f, 0.1f);
+  const auto w16 = to_bf16(w);
+  const auto x = random_floats(static_cast<size_t>(M * ldx), 1002, -2.0f, 2.0f);
+  DeviceBuffer<float> dw32(w), dx32(x), dy(static_cast<size_t>(M * ldy));
+  DeviceBuffer<uint16_t> dw16(w16), dx16(static_cast<size_t>(M * ldx));
+  CUDA_OK(cuda::f32_to_bf16(dx32.get(), M, k, ldx, dx16.get(), ldx, stream));
+
+  std::vector<std::unique_ptr<cuda::LtGemm>> keep;
+  const auto impls = implementations(lt, {n, k, ldx, ldy, M}, stream, keep, report, "n1536 k1024");
+  const int32_t m_acc = 7;
+  const auto ref_bf16x = cpu_linear(DType::bf16, w16.data(), n, k, round_bf16(x), m_acc, ldx, ldy);
+  const auto ref_f32x = cpu_linear(DType::bf16, w16.data(), n, k, x, m_acc, ldx, ldy);
+  const auto ref_f32 = cpu_linear(DType::f32, w.data(), n, k, x, m_acc, ldx, ldy);
+  auto rows_of = [&](const std::vector<float>& y, int32_t m) {
+    std::vector<float> r;
+    for (int32_t i = 0; i < m; ++i) r.insert(r.end(), y.begin() + i * ldy, y.begin() + i * ldy + n);
+    return r;
+  };
+  for (const GemmImpl& g : impls) {
+    const void* dx = g.bf16 ? static_cast<const void*>(dx16.get()) : dx32.get();
+    const void* dwp = g.bf16 ? static_cast<const void*>(dw16.get()) : dw32.get();
+    g.run(dx, dwp, dy.get(), m_acc);
+    const auto y = rows_of(dy.download(), m_acc);
+    if (g.bf16) {
+      report.compare("gemm " + g.name + " vs cpu (x rounded to bf16)", y, rows_of(ref_bf16x, m_acc), 1e-4);
+      report.compare("gemm " + g.name + " vs cpu (x float32)", y, rows_of(ref_f32x, m_acc), 1e-2);
+    } else {
+      report.compare("gemm " + g.name + " vs cpu float32", y, rows_of(ref_f32, m_acc), 1e-5);
+    }
+
+    // Invariance: the rows of m = 1..64 against m = 64, and a row moved among others.
+    g.run(dx, dwp, dy.get(), M);
+    const auto full = dy.download();
+    std::vector<float> got, want;
+    for (int32_t m = 1; m <= M; ++m) {
+      g.run(dx, dwp, dy.get(), m);
+      const auto part = dy.download();
+      const auto a = rows_of(part, m), b = rows_of(full, m);
+      got.insert(got.end(), a.begin(), a.end());
+      want.insert(want.end(), b.begin(), b.end());
+    }
+    report.bitwise("gemm_invariance " + g.name + " m=1..64", got.data(), want.data(), got.size());
+
+    // Row 5 of x placed at rows 0 and 8 of other matrices (m = 9 and m = 64).
+    auto moved = random_floats(x.size(), 1003, -2.0f, 2.0f);
+    for (int32_t at : {0, 8}) std::copy_n(x.begin() + 5 * ldx, ldx, moved.begin() + at * ldx);
+    DeviceBuffer<float> dm32(moved);
+    DeviceBuffer<uint16_t> dm16(moved.size());
+    CUDA_OK(cuda::f32_to_bf16(dm32.get(), M, k, ldx, dm16.get(), ldx, stream));
+    const void* dm = g.bf16 ? static_cast<const void*>(dm16.get()) : dm32.get();
+    got.clear();
+    want.clear();
+    for (int32_t m : {9, M}) {
+      g.run(dm, dwp, dy.get(), m);
+      const auto y2 = dy.download();
+      for (int32_t at : {0, 8}) {
+        got.insert(got.end(), y2.begin() + at * ldy, y2.begin() + at * ldy + n);
+        want.insert(want.end(), full.begin() + 5 * ldy, full.begin() + 5 * ldy + n);
+      }
+    }
+    report.bitwise("gemm_invariance " + g.name + " row moved among other rows", got.data(), want.data(), got.size());
+  }
+}
+
+double copy_bandwidth_GBps(Report& report, cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer<uint8_t> a(bytes), b(bytes);
+  const double us = time_us(stream, 3, 10, [&] { cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream); });
+  const double gbps = 2.0 * static_cast<double>(bytes) / us * 1e-3;  // bytes read + written
+  report.timing({{"name", "device copy 1 GiB"}, {"us", us}, {"GBps_read_plus_write", gbps}});
+  return gbps;
+}
+
+void time_llama8b(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
+  const double bw = copy_bandwidth_GBps(report, stream);
+  struct Mat { const char* name; int64_t n, k; double per_token; };  // per_token: times per decode step
+  const Mat mats[] = {{"qkv", 6144, 4096, 32}, {"o_proj", 4096, 4096, 32}, {"gate_up", 28672, 4096, 32},
+                      {"down", 4096, 14336, 32}, {"lm_head", 128256, 4096, 1}};
+  std::map<std::string, double> step_us;  // impl@m -> GEMM time of one decode step
+  double step_floor_us = 0;
+  for (const Mat& mat : mats) {
+    const int64_t n = mat.n, k = mat.k;
+    const double bytes = 2.0 * static_cast<double>(n * k);
+    const double floor_us = bytes / bw * 1e-3;
+    step_floor_us += floor_us * mat.per_token;
+    DeviceBuffer<uint16_t> w(static_cast<size_t>(n * k)), x(static_cast<size_t>(64 * k));
+    DeviceBuffer<float> y(static_cast<size_t>(64 * n));
+    CUDA_OK(cudaMemset(w.get(), 0x3c, w.size() * 2));  // bf16 ~0.0115: finite, non-zero
+    CUDA_OK(cudaMemset(x.get(), 0x3c, x.size() * 2));
+    cuda::LtGemm g;
+    lt_ok(g.init(lt, {n, k, k, n, 64, cuda::GemmPrecision::bf16}), "LtGemm::init (timing)");
+    report.info(std::string("algo lt_bf16 timing ") + mat.name, g.description());
+    for (int32_t m : {1, 5, 8}) {
+      const double lt_us = time_us(stream, 3, 20, [&] { lt_ok(g.run(x.get(), w.get(), y.get(), m, stream), "run"); });
+      const double rows_us = time_us(stream, 3, 20, [&] {
+        CUDA_OK(cuda::gemm_rows_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream));
+      });
+      step_us["lt_bf16@m" + std::to_string(m)] += lt_us * mat.per_token;
+      step_us["rows_bf16@m" + std::to_string(m)] += rows_us * mat.per_token;
+      report.timing({{"name", std::string("gemm llama3-8b ") + mat.name + " m " + std::to_string(m)},
+                     {"n", n}, {"k", k}, {"floor_us", floor_us},
+                     {"lt_bf16_us", lt_us}, {"lt_bf16_x_floor", lt_us / floor_us},
+                     {"rows_bf16_us", rows_us}, {"rows_bf16_x_floor", rows_us / floor_us}});
+    }
+  }
+  nlohmann::json step = {{"name", "gemm llama3-8b one decode step (32 layers + lm_head)"},
+                         {"floor_us", step_floor_us}};
+  for (const auto& [key, us] : step_us) step[key + "_us"] = us, step[key + "_x_floor"] = us / step_floor_us;
+  report.timing(step);
+}
+
+}  // namespace
+
+void check_gemm(Report& report, cudaStream_t stream, const Options& options) {
+  cublasLtHandle_t lt = nullptr;
+  lt_ok(cublasLtCreate(&lt), "cublasLtCreate");
+  std::unique_ptr<cublasLtContext, decltype(&cublasLtDestroy)> guard(lt, cublasLtDestroy);
+  check_accuracy_and_invariance(report, lt, stream);
+  if (options.timing) time_llama8b(report, lt, stream);
+}
+
+}  // namespace specpipe::gpu_check
