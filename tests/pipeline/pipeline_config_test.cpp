@@ -177,7 +177,7 @@ TEST(PipelineConfig, TheCompleteExampleInTheDocsIsTheDefaults) {
   std::ostringstream doc;
   doc << in.rdbuf();
   const std::string text = doc.str();
-  const size_t begin = text.find("```yaml\n");
+  const size_t begin = text.find("```yaml\n", text.find("## A complete example"));
   ASSERT_NE(begin, std::string::npos);
   const size_t end = text.find("```", begin + 8);
   const PipelineConfig defaults;
