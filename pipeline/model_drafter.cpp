@@ -30,17 +30,9 @@ ModelDrafter::Sequence& ModelDrafter::at(RequestId request) {
 void ModelDrafter::start(RequestId request, std::span<const int32_t> context) {
   if (sequences_.count(request)) fail(ErrorCode::invalid_argument, "drafter: request {} already started", request);
   check_fits(*model_, kv_, static_cast<int64_t>(context.size()) + 1);
-  Sequence s{kv_.add_sequence(context), {context.begin(), context.end()}};
-  try {
-    if (!context.empty()) {
-      Logits logits;
-      prefill(*model_, kv_, s.seq, context, prefill_chunk_, logits);
-    }
-  } catch (...) {
-    kv_.release(s.seq);
-    throw;
-  }
-  sequences_.emplace(request, std::move(s));
+  // Lazy: the prompt reaches the draft KV with the first proposal (catch_up), so a
+  // sequence that a verify_plan strategy never speculates for costs no draft prefill.
+  sequences_.emplace(request, Sequence{kv_.add_sequence({}), {context.begin(), context.end()}});
 }
 
 std::span<const int32_t> ModelDrafter::catch_up(Sequence& s) {
@@ -72,8 +64,14 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
       if (items[i].gamma <= step) continue;
       Sequence& s = *seqs[i];
       // Step 0 feeds what the draft KV has not seen; later steps the previous draft.
-      const std::span<const int32_t> feed =
-          step == 0 ? catch_up(s) : std::span<const int32_t>(&last_token[i], 1);
+      std::span<const int32_t> feed = step == 0 ? catch_up(s) : std::span<const int32_t>(&last_token[i], 1);
+      if (feed.size() > static_cast<size_t>(prefill_chunk_)) {
+        // A long catch-up (the prompt, at the first proposal): chunked prefill of all
+        // but the last token, which joins the batched window. Batch invariance makes
+        // this the same as feeding it all at once.
+        prefill(*model_, kv_, s.seq, feed.first(feed.size() - 1), prefill_chunk_, logits_);
+        feed = feed.last(1);
+      }
       kv_.reserve(s.seq, kv_.length(s.seq) + static_cast<int32_t>(feed.size()));
       windows.push_back({s.seq, feed, LogitsMode::last});
       owner.push_back(i);

@@ -1,8 +1,9 @@
 #pragma once
 /// The built-in `drafter`: a small draft model with its own KV store.
 ///
-/// Each round the drafter first feeds the tokens its KV has not seen (normally the
-/// pending token, plus the last draft when all drafts were accepted), after trimming
+/// Each round the drafter first feeds the tokens its KV has not seen (the prompt at a
+/// sequence's first proposal, then normally the pending token, plus the last draft when
+/// all drafts were accepted), after trimming
 /// whatever the target rejected, then extends every sequence one token at a time. All
 /// sequences of a round share each forward (varlen batch).
 #include <map>
