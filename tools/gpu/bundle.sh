@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the GPU tools here and packs them for the GPU machine:
-#   gpu-bundle/bin/  the executables (specpipe_cuda_check, and any other GPU tool built)
+#   gpu-bundle/bin/  the executables (specpipe_cuda_check, specpipe_gpu_generate)
 #   gpu-bundle/lib/  the non-system shared libraries they need (fmt, ...), from ldd
 # Left out: what every Linux has (libc, libm, libstdc++, libgcc_s, ld-linux, ...) and
 # what the GPU machine's CUDA 13 provides (libcuda, libcudart, libcublas*, libnvidia*).
-# Then, on the GPU machine, from the repository root: bash tools/gpu/check.sh
+# Then, on the GPU machine, from the repository root: bash tools/gpu/check.sh (kernels)
+# and bash tools/gpu/bench.sh (demo pair on the GPU + Hugging Face, JSON).
 #
 # Usage: tools/gpu/bundle.sh            (build dir: $SPECPIPE_GPU_BUILD or build-gpu)
 set -euo pipefail
@@ -12,7 +13,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${SPECPIPE_GPU_BUILD:-$root/build-gpu}"
 bundle="$root/gpu-bundle"
 jobs="${SPECPIPE_JOBS:-1}"
-tools=(specpipe_cuda_check)
+tools=(specpipe_cuda_check specpipe_gpu_generate)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECPIPE_CUDA=ON \
   -DSPECPIPE_BUILD_BENCH=OFF >/dev/null
