@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -141,14 +142,85 @@ struct CudaTransformer::Impl {
   cublasLtHandle_t lt = nullptr;
   cuda::LtGemm g_qkv, g_o, g_gate_up, g_down, g_head;
   int32_t num_blocks = 0, block_size = 0;
+  int32_t capacity_chunks = 0;  // split-K chunks of the longest row the pool holds (graphs)
+  // Fixed metadata layout (byte offsets into meta / meta_host), sized for max_tokens.
+  size_t off_slots = 0, off_tokens = 0, off_pos = 0, off_tw = 0, off_lr = 0, off_win = 0, off_bt = 0;
+  std::map<std::vector<int32_t>, cudaGraphExec_t> graphs;
 
+  void clear_graphs() {
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
+    graphs.clear();
+  }
   ~Impl() {
+    clear_graphs();
     if (lt) cublasLtDestroy(lt);
   }
 };
 
 CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights& weights, int32_t kv_blocks,
                                  int32_t block_size, CudaTransformerOptions options)
+    : CudaTransformer(config, &weights, 0, kv_blocks, block_size, options) {}
+
+std::unique_ptr<CudaTransformer> CudaTransformer::random(const ModelConfig& config, uint64_t seed, int32_t kv_blocks,
+                                                         int32_t block_size, CudaTransformerOptions options) {
+  return std::unique_ptr<CudaTransformer>(new CudaTransformer(config, nullptr, seed, kv_blocks, block_size, options));
+}
+
+ModelConfig CudaTransformer::synthetic_config(const std::string& name) {
+  ModelConfig c;
+  if (name == "llama3-8b") {
+    c.family = ModelFamily::llama;
+    c.model_type = "llama";
+    c.vocab_size = 128256;
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_layers = 32;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.max_position_embeddings = 8192;
+    c.rope_theta = 500000.0;
+    c.rms_norm_eps = 1e-5f;
+  } else if (name == "llama3-1b") {
+    c.family = ModelFamily::llama;
+    c.model_type = "llama";
+    c.vocab_size = 128256;
+    c.hidden_size = 2048;
+    c.intermediate_size = 8192;
+    c.num_layers = 16;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_dim = 64;
+    c.max_position_embeddings = 8192;
+    c.rope_theta = 500000.0;
+    c.rms_norm_eps = 1e-5f;
+    c.tie_word_embeddings = true;
+  } else if (name == "qwen3-0.6b") {
+    c.family = ModelFamily::qwen3;
+    c.model_type = "qwen3";
+    c.vocab_size = 151936;
+    c.hidden_size = 1024;
+    c.intermediate_size = 3072;
+    c.num_layers = 28;
+    c.num_heads = 16;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.max_position_embeddings = 8192;  // the model has 40960; the RoPE table is sized from this
+    c.rope_theta = 1000000.0;
+    c.rms_norm_eps = 1e-6f;
+    c.tie_word_embeddings = true;
+    c.qk_norm = true;
+  } else {
+    fail(ErrorCode::invalid_argument, "no synthetic model named '{}' (llama3-8b, llama3-1b, qwen3-0.6b)", name);
+  }
+  c.weight_dtype = DType::bf16;
+  return c;
+}
+
+size_t CudaTransformer::graph_count() const { return impl_->graphs.size(); }
+
+CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* weights_ptr, uint64_t seed,
+                                 int32_t kv_blocks, int32_t block_size, CudaTransformerOptions options)
     : config_(config), options_(options), impl_(std::make_unique<Impl>()) {
   const ModelConfig& c = config_;
   if (kv_blocks < 1 || block_size < 1) fail(ErrorCode::invalid_argument, "CUDA forward: KV pool of {} blocks of {}", kv_blocks, block_size);
@@ -168,6 +240,18 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights& 
   const int64_t qkvd = qd + 2 * kvd;
 
   // --- weights: every matrix as BF16 in one buffer, every vector as FP32 in another ---
+  // Synthetic (weights_ptr == nullptr): the matrices are only laid out here (bf_size) and
+  // filled on the device below; the small FP32 vectors are built on the host either way.
+  if (weights_ptr && static_cast<int32_t>(weights_ptr->layers.size()) != c.num_layers)
+    fail(ErrorCode::invalid_argument, "CUDA forward: {} layers of weights for a config of {}",
+         weights_ptr->layers.size(), c.num_layers);
+  struct RandomFill {
+    size_t at;
+    int64_t count;
+    float scale;
+  };
+  std::vector<RandomFill> fills;
+  size_t bf_size = 0;
   std::vector<uint16_t> bf;
   std::vector<float> f32;
   struct Offsets {
@@ -182,33 +266,59 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights& 
     f32.resize(align_up(f32.size(), 4));  // 16-byte aligned vectors
     return at;
   };
-  auto pad_bf = [&] { bf.resize(align_up(bf.size(), 64)); };  // 128-byte aligned matrices
-  const size_t embed_off = 0;
-  append_bf16(weights.embed_tokens, bf);
-  pad_bf();
+  auto pad_bf = [&] {  // 128-byte aligned matrices
+    bf_size = align_up(bf_size, 64);
+    if (weights_ptr) bf.resize(bf_size);
+  };
+  // One matrix (or several stacked: q|k|v, gate|up) of rows x cols; host parts or random.
+  auto add_matrix = [&](std::initializer_list<const MatrixWeight*> parts, int64_t rows, int64_t cols) {
+    const size_t at = bf_size;
+    if (weights_ptr) {
+      for (const MatrixWeight* w : parts) append_bf16(*w, bf);
+      bf_size = bf.size();
+    } else {
+      fills.push_back({at, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols))});
+      bf_size += static_cast<size_t>(rows * cols);
+    }
+    pad_bf();
+    return at;
+  };
+  const ModelWeights* mw = weights_ptr;
+  const size_t embed_off = add_matrix({mw ? &mw->embed_tokens : nullptr}, V, H);
   size_t head_off = embed_off;
-  if (weights.lm_head.data != weights.embed_tokens.data) {
-    head_off = bf.size();
-    append_bf16(weights.lm_head, bf);
-    pad_bf();
-  }
-  for (const LayerWeights& l : weights.layers) {
+  if (mw ? mw->lm_head.data != mw->embed_tokens.data : !c.tie_word_embeddings)
+    head_off = add_matrix({mw ? &mw->lm_head : nullptr}, V, H);
+  const std::vector<float> ones_h(static_cast<size_t>(H), 1.0f), ones_hd(static_cast<size_t>(c.head_dim), 1.0f);
+  for (int32_t li = 0; li < c.num_layers; ++li) {
     Offsets o{};
-    o.qkv = bf.size();
-    append_bf16(l.q_proj, bf);
-    append_bf16(l.k_proj, bf);
-    append_bf16(l.v_proj, bf);
-    pad_bf();
-    o.o = bf.size();
-    append_bf16(l.o_proj, bf);
-    pad_bf();
-    o.gate_up = bf.size();
-    append_bf16(l.gate_proj, bf);
-    append_bf16(l.up_proj, bf);
-    pad_bf();
-    o.down = bf.size();
-    append_bf16(l.down_proj, bf);
-    pad_bf();
+    if (!mw) {
+      o.qkv = add_matrix({}, qkvd, H);
+      o.o = add_matrix({}, H, qd);
+      o.gate_up = add_matrix({}, 2 * I, H);
+      o.down = add_matrix({}, H, I);
+      step_matrix_bytes_ += static_cast<size_t>(qkvd * H + H * qd + 2 * I * H + H * I) * sizeof(uint16_t);
+      if (c.attention_bias) o.qkv_bias = push_f32(std::vector<float>(static_cast<size_t>(qkvd), 0.0f));
+      if (c.o_proj_bias) o.o_bias = push_f32(std::vector<float>(static_cast<size_t>(H), 0.0f));
+      if (c.mlp_bias) {
+        o.gate_up_bias = push_f32(std::vector<float>(static_cast<size_t>(2 * I), 0.0f));
+        o.down_bias = push_f32(std::vector<float>(static_cast<size_t>(H), 0.0f));
+      }
+      o.input_norm = push_f32(ones_h);
+      o.post_norm = push_f32(ones_h);
+      if (c.qk_norm) {
+        o.q_norm = push_f32(ones_hd);
+        o.k_norm = push_f32(ones_hd);
+      }
+      offsets.push_back(o);
+      continue;
+    }
+    const LayerWeights& l = mw->layers[static_cast<size_t>(li)];
+    const size_t before = bf_size;
+    o.qkv = add_matrix({&l.q_proj, &l.k_proj, &l.v_proj}, qkvd, H);
+    o.o = add_matrix({&l.o_proj}, H, qd);
+    o.gate_up = add_matrix({&l.gate_proj, &l.up_proj}, 2 * I, H);
+    o.down = add_matrix({&l.down_proj}, H, I);
+    step_matrix_bytes_ += (bf_size - before) * sizeof(uint16_t);
     if (!l.q_bias.empty() || !l.k_bias.empty() || !l.v_bias.empty()) {
       std::vector<float> b(static_cast<size_t>(qkvd), 0.0f);
       std::copy(l.q_bias.begin(), l.q_bias.end(), b.begin());
@@ -232,11 +342,22 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights& 
     }
     offsets.push_back(o);
   }
-  const int64_t final_off = push_f32(weights.final_norm);
-  d.weights_bf16.allocate(bf.size() * sizeof(uint16_t), device_bytes_);
+  const int64_t final_off = push_f32(mw ? mw->final_norm : ones_h);
+  step_matrix_bytes_ += static_cast<size_t>(V * H) * sizeof(uint16_t);  // lm_head
+  d.weights_bf16.allocate(bf_size * sizeof(uint16_t), device_bytes_);
   d.weights_f32.allocate(f32.size() * sizeof(float), device_bytes_);
-  cuda_try(cudaMemcpy(d.weights_bf16.as<void>(), bf.data(), bf.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
-           "weight upload");
+  if (mw) {
+    cuda_try(cudaMemcpy(d.weights_bf16.as<void>(), bf.data(), bf.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
+             "weight upload");
+  } else {
+    cuda_try(cudaMemsetAsync(d.weights_bf16.as<void>(), 0, d.weights_bf16.bytes(), stream_), "weight memset");
+    uint64_t k = 0;
+    for (const RandomFill& f : fills)
+      cuda_try(cuda::fill_uniform_bf16(d.weights_bf16.as<uint16_t>() + f.at, f.count,
+                                       seed * 0x100000001B3ull + (++k) * 0x9E3779B97F4A7C15ull, f.scale, stream_),
+               "random weights");
+    cuda_try(cudaStreamSynchronize(stream_), "random weights");
+  }
   cuda_try(cudaMemcpy(d.weights_f32.as<void>(), f32.data(), f32.size() * sizeof(float), cudaMemcpyHostToDevice),
            "weight upload");
   uint16_t* wb = d.weights_bf16.as<uint16_t>();
@@ -292,6 +413,24 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights& 
                            sizeof(float),
                        device_bytes_);
   d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) + static_cast<size_t>(M) * sizeof(int32_t));
+  d.capacity_chunks = cuda::attention_chunks(static_cast<int32_t>(std::max<int64_t>(max_keys, 1)));
+  // Metadata: one fixed layout for every forward (graphs bake these addresses). int64
+  // slots, the int32 arrays, the window descriptors, then the block tables (copied up to
+  // the end of what is used).
+  {
+    const size_t m = static_cast<size_t>(M);
+    d.off_slots = 0;
+    d.off_tokens = align_up(m * 8, 16);
+    d.off_pos = d.off_tokens + align_up(m * 4, 16);
+    d.off_tw = d.off_pos + align_up(m * 4, 16);
+    d.off_lr = d.off_tw + align_up(m * 4, 16);
+    d.off_win = d.off_lr + align_up(m * 4, 16);
+    d.off_bt = d.off_win + align_up(m * sizeof(cuda::AttentionWindowDesc), 16);
+    const size_t meta_bytes = d.off_bt + m * static_cast<size_t>(kv_blocks) * 4;
+    size_t meta_total = 0;
+    d.meta.allocate(meta_bytes, meta_total);
+    d.meta_host.allocate(meta_bytes);
+  }
 
   // --- GEMMs: one pinned algorithm per shape ---
   lt_try(cublasLtCreate(&d.lt), "cublasLtCreate");
@@ -380,34 +519,26 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
          options_.max_tokens);
   const cuda::AttentionPlan plan = cuda::plan_attention(specs);
 
-  // Layout of the metadata upload (one copy): int64 slots first, then the int32 arrays.
+  // Metadata into the fixed layout (one copy, up to the end of the used block tables).
   const size_t n_windows = windows.size();
-  const size_t off_slots = 0;
-  const size_t off_tokens = off_slots + align_up(static_cast<size_t>(total) * 8, 16);
-  const size_t off_pos = off_tokens + align_up(static_cast<size_t>(total) * 4, 16);
-  const size_t off_tw = off_pos + align_up(static_cast<size_t>(total) * 4, 16);
-  const size_t off_lr = off_tw + align_up(static_cast<size_t>(total) * 4, 16);
-  const size_t off_bt = off_lr + align_up(static_cast<size_t>(logit_rows) * 4, 16);
-  const size_t off_win = off_bt + align_up(static_cast<size_t>(table_len) * 4, 16);
-  const size_t meta_bytes = off_win + align_up(n_windows * sizeof(cuda::AttentionWindowDesc), 16);
-  if (meta_bytes > d.meta.bytes()) {
-    cuda_try(cudaStreamSynchronize(stream_), "sync");
-    size_t unused = 0;
-    d.meta.allocate(std::max<size_t>(meta_bytes * 2, 4096), unused);
-    d.meta_host.allocate(d.meta.bytes());
-  }
+  if (static_cast<size_t>(table_len) * 4 > d.meta.bytes() - d.off_bt)
+    fail(ErrorCode::invalid_argument, "CUDA forward: {} block table entries exceed the metadata buffer", table_len);
+  const size_t meta_bytes = d.off_bt + static_cast<size_t>(table_len) * 4;
   auto* hb = d.meta_host.as<unsigned char>();
-  auto* slots = reinterpret_cast<int64_t*>(hb + off_slots);
-  auto* tokens = reinterpret_cast<int32_t*>(hb + off_tokens);
-  auto* positions = reinterpret_cast<int32_t*>(hb + off_pos);
-  auto* token_window = reinterpret_cast<int32_t*>(hb + off_tw);
-  auto* logit_index = reinterpret_cast<int32_t*>(hb + off_lr);
-  auto* tables = reinterpret_cast<int32_t*>(hb + off_bt);
+  auto* slots = reinterpret_cast<int64_t*>(hb + d.off_slots);
+  auto* tokens = reinterpret_cast<int32_t*>(hb + d.off_tokens);
+  auto* positions = reinterpret_cast<int32_t*>(hb + d.off_pos);
+  auto* token_window = reinterpret_cast<int32_t*>(hb + d.off_tw);
+  auto* logit_index = reinterpret_cast<int32_t*>(hb + d.off_lr);
+  auto* tables = reinterpret_cast<int32_t*>(hb + d.off_bt);
+  // The previous forward's upload has completed (forward() ends with a sync).
   std::memcpy(token_window, plan.token_window.data(), static_cast<size_t>(total) * 4);
-  std::memcpy(hb + off_win, plan.windows.data(), n_windows * sizeof(cuda::AttentionWindowDesc));
+  std::memcpy(hb + d.off_win, plan.windows.data(), n_windows * sizeof(cuda::AttentionWindowDesc));
   out.vocab_ = c.vocab_size;
   out.first_.clear();
   out.rows_.clear();
+  std::vector<int32_t> key;  // the graph's shape: (tokens, logit rows) per window, copy flag
+  key.reserve(2 * n_windows + 1);
   int32_t row = 0, lr = 0, bt = 0;
   for (size_t wi = 0; wi < n_windows; ++wi) {
     const ForwardWindow& w = windows[wi];
@@ -426,28 +557,44 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     for (int32_t i = 0; i < rows; ++i) logit_index[lr + i] = row + n - rows + i;
     lr += rows;
     row += n;
+    key.push_back(n);
+    key.push_back(rows);
   }
+  key.push_back(options_.copy_logits ? 1 : 0);
   unsigned char* db = d.meta.as<unsigned char>();
   cuda_try(cudaMemcpyAsync(db, hb, meta_bytes, cudaMemcpyHostToDevice, stream_), "metadata upload");
-  const auto* d_slots = reinterpret_cast<const int64_t*>(db + off_slots);
-  const auto* d_tokens = reinterpret_cast<const int32_t*>(db + off_tokens);
-  const auto* d_pos = reinterpret_cast<const int32_t*>(db + off_pos);
-  const auto* d_tw = reinterpret_cast<const int32_t*>(db + off_tw);
-  const auto* d_lr = reinterpret_cast<const int32_t*>(db + off_lr);
-  const auto* d_bt = reinterpret_cast<const int32_t*>(db + off_bt);
-  const auto* d_win = reinterpret_cast<const cuda::AttentionWindowDesc*>(db + off_win);
+  const auto* d_slots = reinterpret_cast<const int64_t*>(db + d.off_slots);
+  const auto* d_tokens = reinterpret_cast<const int32_t*>(db + d.off_tokens);
+  const auto* d_pos = reinterpret_cast<const int32_t*>(db + d.off_pos);
+  const auto* d_tw = reinterpret_cast<const int32_t*>(db + d.off_tw);
+  const auto* d_lr = reinterpret_cast<const int32_t*>(db + d.off_lr);
+  const auto* d_bt = reinterpret_cast<const int32_t*>(db + d.off_bt);
+  const auto* d_win = reinterpret_cast<const cuda::AttentionWindowDesc*>(db + d.off_win);
 
-  const int64_t need_ws = plan.workspace_floats(c.num_heads, c.head_dim) * static_cast<int64_t>(sizeof(float));
-  if (static_cast<size_t>(need_ws) > d.workspace.bytes()) {
-    cuda_try(cudaStreamSynchronize(stream_), "sync");
-    d.workspace.allocate(static_cast<size_t>(need_ws), device_bytes_);
+  const bool use_graph = options_.graphs && total <= options_.graph_max_tokens;
+  // A graph launches the chunk kernel over the pool's capacity of chunks (rows skip the
+  // chunks past their keys); the workspace is sized for that in the constructor. A row's
+  // chunks and their merge order depend only on its position, so the bits are the same.
+  const int32_t max_chunks = use_graph ? d.capacity_chunks : plan.max_chunks;
+  if (use_graph && plan.max_chunks > d.capacity_chunks)
+    fail(ErrorCode::internal, "CUDA forward: {} attention chunks, the pool holds {}", plan.max_chunks,
+         d.capacity_chunks);
+  if (!use_graph) {
+    const int64_t need_ws = plan.workspace_floats(c.num_heads, c.head_dim) * static_cast<int64_t>(sizeof(float));
+    if (static_cast<size_t>(need_ws) > d.workspace.bytes()) {
+      cuda_try(cudaStreamSynchronize(stream_), "sync");
+      d.clear_graphs();  // they hold the old workspace's address
+      d.workspace.allocate(static_cast<size_t>(need_ws), device_bytes_);
+    }
   }
 
-  // --- the layers ---
+  // --- the device side: layers, final norm, LM head, argmax, copies back ---
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
   const int64_t qkvd = qd + 2 * kvd;
   const float eps = c.rms_norm_eps;
   cudaStream_t st = stream_;
+  const bool copy_logits = options_.copy_logits;
+  auto* host_ids = reinterpret_cast<int32_t*>(d.out_host.as<float>() + options_.max_tokens * V);
   // y[0:m] = x W^T through the chosen batch-invariant GEMM; x is [m, k] bf16, dense.
   const bool rows_gemm = options_.gemm == CudaGemm::rows;
   auto gemm = [&](const cuda::LtGemm& lt, const uint16_t* xb, const uint16_t* w, float* y, int32_t m, int64_t n,
@@ -457,68 +604,98 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     else
       lt_try(lt.run(xb, w, y, m, st), what);
   };
-  cuda_try(cuda::embedding(DType::bf16, d.embed, H, d_tokens, total, d.x, H, st), "embedding");
-  const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
-                                   1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  for (int32_t l = 0; l < c.num_layers; ++l) {
-    const Impl::Layer& w = d.layers[static_cast<size_t>(l)];
-    // attention block
-    cuda_try(cuda::rms_norm(d.x, H, w.input_norm, eps, total, 1, H, d.h, H, st), "input norm");
-    cuda_try(cuda::f32_to_bf16(d.h, total, H, H, d.xb, H, st), "to bf16");
-    gemm(d.g_qkv, d.xb, w.qkv, d.qkv, total, qkvd, H, "qkv GEMM");
-    if (w.qkv_bias) cuda_try(cuda::add_bias(d.qkv, qkvd, w.qkv_bias, total, qkvd, st), "qkv bias");
-    float* q = d.qkv;
-    float* k = d.qkv + qd;
-    float* v = d.qkv + qd + kvd;
-    if (c.qk_norm) {
-      cuda_try(cuda::rms_norm(q, qkvd, w.q_norm, eps, total, c.num_heads, c.head_dim, q, qkvd, st), "q norm");
-      cuda_try(cuda::rms_norm(k, qkvd, w.k_norm, eps, total, c.num_kv_heads, c.head_dim, k, qkvd, st), "k norm");
+  // Timing studies only (options_.timing_skip): leave out groups of kernels.
+  const bool skip_rest = (options_.timing_skip & 1) != 0, skip_attention = (options_.timing_skip & 2) != 0,
+             skip_gemms = (options_.timing_skip & 4) != 0;
+  key.push_back(options_.timing_skip);
+  auto enqueue = [&] {
+    if (!skip_rest) cuda_try(cuda::embedding(DType::bf16, d.embed, H, d_tokens, total, d.x, H, st), "embedding");
+    const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
+                                     1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      const Impl::Layer& w = d.layers[static_cast<size_t>(l)];
+      // attention block
+      if (!skip_rest) cuda_try(cuda::rms_norm(d.x, H, w.input_norm, eps, total, 1, H, d.h, H, st), "input norm");
+      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.h, total, H, H, d.xb, H, st), "to bf16");
+      if (!skip_gemms) gemm(d.g_qkv, d.xb, w.qkv, d.qkv, total, qkvd, H, "qkv GEMM");
+      if (w.qkv_bias) cuda_try(cuda::add_bias(d.qkv, qkvd, w.qkv_bias, total, qkvd, st), "qkv bias");
+      float* q = d.qkv;
+      float* k = d.qkv + qd;
+      float* v = d.qkv + qd + kvd;
+      if (c.qk_norm) {
+        if (!skip_rest) cuda_try(cuda::rms_norm(q, qkvd, w.q_norm, eps, total, c.num_heads, c.head_dim, q, qkvd, st), "q norm");
+        if (!skip_rest) cuda_try(cuda::rms_norm(k, qkvd, w.k_norm, eps, total, c.num_kv_heads, c.head_dim, k, qkvd, st), "k norm");
+      }
+      if (!skip_rest) cuda_try(cuda::rope(d.rope_cos, d.rope_sin, c.head_dim, d_pos, total, q, qkvd, c.num_heads, st), "rope q");
+      if (!skip_rest) cuda_try(cuda::rope(d.rope_cos, d.rope_sin, c.head_dim, d_pos, total, k, qkvd, c.num_kv_heads, st), "rope k");
+      if (!skip_rest) cuda_try(cuda::kv_scatter(k, v, qkvd, kvd, d_slots, total, d.pool_k[static_cast<size_t>(l)],
+                                d.pool_v[static_cast<size_t>(l)], kvd, st),
+               "kv scatter");
+      const cuda::PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd,
+                                 d.block_size, d_bt};
+      const cuda::AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, d_win, d_tw, total,
+                                       max_chunks, d.workspace.as<float>()};
+      if (!skip_rest && !skip_attention) cuda_try(cuda::attention(shape, pool, batch, st), "attention");
+      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.attn, total, qd, qd, d.xb, qd, st), "to bf16");
+      if (!skip_gemms) gemm(d.g_o, d.xb, w.o, d.tmp, total, H, qd, "o_proj GEMM");
+      if (!skip_rest) cuda_try(cuda::residual_add(d.x, d.tmp, w.o_bias, total, H, H, st), "residual");
+      // MLP block
+      if (!skip_rest) cuda_try(cuda::rms_norm(d.x, H, w.post_norm, eps, total, 1, H, d.h, H, st), "post-attention norm");
+      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.h, total, H, H, d.xb, H, st), "to bf16");
+      if (!skip_gemms) gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, total, 2 * I, H, "gate_up GEMM");
+      if (w.gate_up_bias) cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, total, 2 * I, st), "gate_up bias");
+      if (!skip_rest) cuda_try(cuda::silu_gate(d.gu, d.gu + I, d.gu, total, I, 2 * I, st), "silu gate");
+      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.gu, total, I, 2 * I, d.xb, I, st), "to bf16");
+      if (!skip_gemms) gemm(d.g_down, d.xb, w.down, d.tmp, total, H, I, "down_proj GEMM");
+      if (!skip_rest) cuda_try(cuda::residual_add(d.x, d.tmp, w.down_bias, total, H, H, st), "residual");
     }
-    cuda_try(cuda::rope(d.rope_cos, d.rope_sin, c.head_dim, d_pos, total, q, qkvd, c.num_heads, st), "rope q");
-    cuda_try(cuda::rope(d.rope_cos, d.rope_sin, c.head_dim, d_pos, total, k, qkvd, c.num_kv_heads, st), "rope k");
-    cuda_try(cuda::kv_scatter(k, v, qkvd, kvd, d_slots, total, d.pool_k[static_cast<size_t>(l)],
-                              d.pool_v[static_cast<size_t>(l)], kvd, st),
-             "kv scatter");
-    const cuda::PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, d.block_size, d_bt};
-    const cuda::AttentionBatch batch{q,    k,     v,     d.attn,       qkvd, qkvd, qd, d_win, d_tw, total,
-                                     plan.max_chunks, d.workspace.as<float>()};
-    cuda_try(cuda::attention(shape, pool, batch, st), "attention");
-    cuda_try(cuda::f32_to_bf16(d.attn, total, qd, qd, d.xb, qd, st), "to bf16");
-    gemm(d.g_o, d.xb, w.o, d.tmp, total, H, qd, "o_proj GEMM");
-    cuda_try(cuda::residual_add(d.x, d.tmp, w.o_bias, total, H, H, st), "residual");
-    // MLP block
-    cuda_try(cuda::rms_norm(d.x, H, w.post_norm, eps, total, 1, H, d.h, H, st), "post-attention norm");
-    cuda_try(cuda::f32_to_bf16(d.h, total, H, H, d.xb, H, st), "to bf16");
-    gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, total, 2 * I, H, "gate_up GEMM");
-    if (w.gate_up_bias) cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, total, 2 * I, st), "gate_up bias");
-    cuda_try(cuda::silu_gate(d.gu, d.gu + I, d.gu, total, I, 2 * I, st), "silu gate");
-    cuda_try(cuda::f32_to_bf16(d.gu, total, I, 2 * I, d.xb, I, st), "to bf16");
-    gemm(d.g_down, d.xb, w.down, d.tmp, total, H, I, "down_proj GEMM");
-    cuda_try(cuda::residual_add(d.x, d.tmp, w.down_bias, total, H, H, st), "residual");
-  }
+    // final norm and LM head for the rows that need logits
+    if (logit_rows > 0) {
+      if (!skip_rest) cuda_try(cuda::gather_rows(d.x, d_lr, logit_rows, H, H, d.h, st), "gather");
+      if (!skip_rest) cuda_try(cuda::rms_norm(d.h, H, d.final_norm, eps, logit_rows, 1, H, d.h, H, st), "final norm");
+      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.h, logit_rows, H, H, d.xb, H, st), "to bf16");
+      if (!skip_gemms) gemm(d.g_head, d.xb, d.lm_head, d.logits, logit_rows, V, H, "lm_head GEMM");
+      if (!skip_rest) cuda_try(cuda::argmax(d.logits, logit_rows, V, V, d.argmax, st), "argmax");
+      cuda_try(cudaMemcpyAsync(host_ids, d.argmax, static_cast<size_t>(logit_rows) * 4, cudaMemcpyDeviceToHost, st),
+               "argmax copy");
+      if (copy_logits)
+        cuda_try(cudaMemcpyAsync(d.out_host.as<float>(), d.logits,
+                                 static_cast<size_t>(logit_rows * V) * sizeof(float), cudaMemcpyDeviceToHost, st),
+                 "logits copy");
+    }
+  };
 
-  // --- final norm and LM head for the rows that need logits ---
+  if (use_graph) {
+    auto it = d.graphs.find(key);
+    if (it == d.graphs.end()) {
+      cuda_try(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "begin graph capture");
+      cudaGraph_t graph = nullptr;
+      try {
+        enqueue();
+      } catch (...) {
+        cudaStreamEndCapture(st, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      cuda_try(cudaStreamEndCapture(st, &graph), "end graph capture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      cuda_try(status, "graph instantiate");
+      it = d.graphs.emplace(key, exec).first;
+    }
+    cuda_try(cudaGraphLaunch(it->second, st), "graph launch");
+  } else {
+    enqueue();
+  }
+  cuda_try(cudaStreamSynchronize(st), "forward");
   if (logit_rows > 0) {
-    cuda_try(cuda::gather_rows(d.x, d_lr, logit_rows, H, H, d.h, st), "gather");
-    cuda_try(cuda::rms_norm(d.h, H, d.final_norm, eps, logit_rows, 1, H, d.h, H, st), "final norm");
-    cuda_try(cuda::f32_to_bf16(d.h, logit_rows, H, H, d.xb, H, st), "to bf16");
-    gemm(d.g_head, d.xb, d.lm_head, d.logits, logit_rows, V, H, "lm_head GEMM");
-    cuda_try(cuda::argmax(d.logits, logit_rows, V, V, d.argmax, st), "argmax");
-    auto* host_ids = reinterpret_cast<int32_t*>(d.out_host.as<float>() + options_.max_tokens * V);
-    cuda_try(cudaMemcpyAsync(host_ids, d.argmax, static_cast<size_t>(logit_rows) * 4, cudaMemcpyDeviceToHost, st),
-             "argmax copy");
-    if (options_.copy_logits)
-      cuda_try(cudaMemcpyAsync(d.out_host.as<float>(), d.logits, static_cast<size_t>(logit_rows * V) * sizeof(float),
-                               cudaMemcpyDeviceToHost, st),
-               "logits copy");
-    cuda_try(cudaStreamSynchronize(st), "forward");
     out.argmax_.assign(host_ids, host_ids + logit_rows);
-    if (options_.copy_logits)
+    if (copy_logits)
       out.data_.assign(d.out_host.as<float>(), d.out_host.as<float>() + static_cast<int64_t>(logit_rows) * V);
     else
       out.data_.clear();
   } else {
-    cuda_try(cudaStreamSynchronize(st), "forward");
     out.argmax_.clear();
     out.data_.clear();
   }

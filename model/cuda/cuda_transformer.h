@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kvstore/kv_store.h"
@@ -64,6 +65,18 @@ struct CudaTransformerOptions {
   /// false: forward() copies back only each logits row's argmax, not the row (a decode
   /// loop that needs only the greedy token). row() then throws.
   bool copy_logits = true;
+  /// Replay a CUDA graph per window shape (issue 6): the first forward of a shape (the
+  /// windows' token counts and logits rows, in order, and copy_logits) captures the whole
+  /// device side (metadata upload excepted) into a graph; later forwards of that shape
+  /// write their metadata (token ids, positions, slots, block tables, window
+  /// descriptors) into the same persistent device buffer and replay it. Only forwards of
+  /// at most graph_max_tokens tokens (decode steps, verify windows) are graphed; longer
+  /// ones (prefill chunks) run eagerly. Graphed and eager forwards give the same bits.
+  bool graphs = true;
+  int32_t graph_max_tokens = 16;
+  /// For timing studies only (the logits are then meaningless): 1 leaves out every
+  /// kernel but the GEMMs, 2 the attention kernels, 4 the GEMMs. 0 (the default): none.
+  int32_t timing_skip = 0;
 };
 
 class CudaTransformer {
@@ -73,6 +86,15 @@ class CudaTransformer {
   /// call; unsupported: a shape the kernels do not serve).
   CudaTransformer(const ModelConfig& config, const ModelWeights& weights, int32_t kv_blocks,
                   int32_t block_size = 16, CudaTransformerOptions options = {});
+  /// A synthetic model of any shape (issue 6 item 3): every matrix gets BF16 values
+  /// uniform in [-1/sqrt(cols), 1/sqrt(cols)) generated on the device from `seed` (no
+  /// host copy of the matrices), norm weights 1, biases 0 where the config has them.
+  /// The same seed gives the same bits on any device.
+  static std::unique_ptr<CudaTransformer> random(const ModelConfig& config, uint64_t seed, int32_t kv_blocks,
+                                                 int32_t block_size = 16, CudaTransformerOptions options = {});
+  /// Named shapes for synthetic models: "llama3-8b" (Llama-3-8B), "qwen3-0.6b"
+  /// (Qwen3-0.6B), "llama3-1b" (Llama-3.2-1B). Throws Error(invalid_argument) otherwise.
+  static ModelConfig synthetic_config(const std::string& name);
   ~CudaTransformer();
   CudaTransformer(const CudaTransformer&) = delete;
   CudaTransformer& operator=(const CudaTransformer&) = delete;
@@ -85,6 +107,15 @@ class CudaTransformer {
   size_t device_bytes() const { return device_bytes_; }
   /// Whether forward() copies logits rows back (argmax ids always come back).
   void set_copy_logits(bool copy) { options_.copy_logits = copy; }
+  /// Turns graph replay on or off (captured graphs are kept).
+  void set_graphs(bool on) { options_.graphs = on; }
+  bool graphs() const { return options_.graphs; }
+  /// See CudaTransformerOptions::timing_skip.
+  void set_timing_skip(int32_t mask) { options_.timing_skip = mask; }
+  /// Graphs captured so far (one per window shape).
+  size_t graph_count() const;
+  /// Bytes of the BF16 matrices a decode step reads (all layers' matrices + lm_head).
+  size_t matrix_bytes_per_step() const { return step_matrix_bytes_; }
   /// The pinned cuBLASLt algorithm of each GEMM shape, for reports.
   std::vector<std::string> gemm_algorithms() const;
 
@@ -99,7 +130,10 @@ class CudaTransformer {
 
  private:
   struct Impl;
+  CudaTransformer(const ModelConfig& config, const ModelWeights* weights, uint64_t seed, int32_t kv_blocks,
+                  int32_t block_size, CudaTransformerOptions options);
   ModelConfig config_;
+  size_t step_matrix_bytes_ = 0;
   CudaTransformerOptions options_;
   cudaStream_t stream_ = nullptr;
   size_t device_bytes_ = 0;

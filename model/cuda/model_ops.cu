@@ -1,5 +1,7 @@
 #include "model/cuda/model_ops.h"
 
+#include <algorithm>
+
 namespace specpipe::cuda {
 namespace {
 
@@ -24,7 +26,33 @@ __global__ void gather_rows_kernel(const float* src, const int32_t* index, int64
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) d[c] = s[c];
 }
 
+__device__ uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_uniform_bf16_kernel(uint16_t* p, int64_t n, uint64_t seed, float scale) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const uint64_t h = mix64(seed ^ mix64(static_cast<uint64_t>(i)));
+    const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1), 24 bits
+    const float v = (2.0f * u - 1.0f) * scale;
+    uint32_t bits = __float_as_uint(v);
+    bits += 0x7FFFu + ((bits >> 16) & 1u);
+    p[i] = static_cast<uint16_t>(bits >> 16);
+  }
+}
+
 }  // namespace
+
+cudaError_t fill_uniform_bf16(uint16_t* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
+  fill_uniform_bf16_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, n, seed, scale);
+  return cudaGetLastError();
+}
 
 cudaError_t add_bias(float* y, int64_t ldy, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;

@@ -21,4 +21,9 @@ cudaError_t residual_add(float* x, const float* t, const float* bias, int64_t ro
 cudaError_t gather_rows(const float* src, const int32_t* index, int64_t rows, int64_t cols, int64_t ld, float* dst,
                         cudaStream_t stream);
 
+/// p[i] = BF16 bits of a uniform value in [-scale, scale) drawn from a counter-based hash
+/// of (seed, i), rounded to nearest even: the same bits for any launch shape or device.
+/// For synthetic models (CudaTransformer::random). n may be 0.
+cudaError_t fill_uniform_bf16(uint16_t* p, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+
 }  // namespace specpipe::cuda

@@ -5,7 +5,8 @@
 # Left out: what every Linux has (libc, libm, libstdc++, libgcc_s, ld-linux, ...) and
 # what the GPU machine's CUDA 13 provides (libcuda, libcudart, libcublas*, libnvidia*).
 # Then, on the GPU machine, from the repository root: bash tools/gpu/check.sh (kernels)
-# and bash tools/gpu/bench.sh (demo pair on the GPU + Hugging Face, JSON).
+# and bash tools/gpu/bench.sh (demo pair on the GPU + Hugging Face, JSON), or
+# bash tools/gpu/graph_bench.sh (synthetic 8B / 0.6B models, CUDA graphs, JSON).
 #
 # Usage: tools/gpu/bundle.sh            (build dir: $SPECPIPE_GPU_BUILD or build-gpu)
 set -euo pipefail

@@ -7,7 +7,15 @@
 //   (c) greedy speculation with the draft model on the GPU for gamma 1..8: output ==
 //       the GPU's plain output, accepted count per round == spec.<gamma> where present,
 //   (d) unless --no-timing: plain and speculative tok/s over all cases at batch 1
-//       (median of --repeat sweeps), and the target's verify-window cost for n = 1..9.
+//       (median of --repeat sweeps), and the target's verify-window cost for n = 1..9,
+//   (e) with CUDA graphs on (the default; --no-graphs turns them off): every case's plain
+//       run with graphs off and on gives bitwise-identical logits at every step and the
+//       same tokens, and speculation (gamma 5) the same tokens and accepted counts.
+// --synthetic NAME (llama3-8b, llama3-1b, qwen3-0.6b) instead benchmarks a model of that
+// shape with seeded random BF16 weights made on the device: decode step at batch 1 after
+// --context tokens against the floor (matrix bytes / device-to-device copy rate measured
+// in the same run), verify windows n = 1..9 relative to one decode step, graphs off and
+// on, and graph vs eager bitwise identity of the logits.
 // Prints one JSON object; exits 1 on a token mismatch that is not a near-tie (or on an
 // error). Links no CAF / ZeroMQ / yaml-cpp: runs from the GPU bundle.
 #include <algorithm>
@@ -22,6 +30,9 @@
 #include <string>
 #include <vector>
 
+#include <random>
+
+#include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
 
 #include "kvstore/kv_store.h"
@@ -70,10 +81,10 @@ struct PlainRun {
 /// Plain greedy decoding on the GPU. `want` (may be empty): reference tokens; at the first
 /// position where ours differs, the gap between the two tokens' logits is recorded.
 PlainRun gpu_plain(CudaTransformer& m, KvStore& kv, const std::vector<int32_t>& prompt, int32_t max_new,
-                   const std::vector<int32_t>& want, bool keep_logits) {
+                   const std::vector<int32_t>& want, bool keep_logits, std::vector<float>* step_logits = nullptr) {
   PlainRun r;
   CudaLogits lg;
-  m.set_copy_logits(keep_logits || !want.empty());
+  m.set_copy_logits(keep_logits || !want.empty() || step_logits);
   const auto t0 = Clock::now();
   const SeqId seq = kv.add_sequence(prompt);
   gpu_prefill(m, kv, seq, prompt, LogitsMode::last, lg);
@@ -82,6 +93,7 @@ PlainRun gpu_plain(CudaTransformer& m, KvStore& kv, const std::vector<int32_t>& 
   const auto t1 = Clock::now();
   for (;;) {
     const int32_t token = lg.argmax(0);
+    if (step_logits) step_logits->insert(step_logits->end(), lg.row(0).begin(), lg.row(0).end());
     const size_t i = r.tokens.size();
     if (!want.empty() && i < want.size() && token != want[i] && r.gap_at.empty()) {
       const auto row = lg.row(0);
@@ -206,6 +218,169 @@ int32_t argmax_of(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+/// Device-to-device copy rate in bytes per second, counting bytes read and written.
+double copy_bandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  cuda_check(cudaMalloc(&a, bytes), "cudaMalloc");
+  cuda_check(cudaMalloc(&b, bytes), "cudaMalloc");
+  cudaEvent_t e0, e1;
+  cuda_check(cudaEventCreate(&e0), "event");
+  cuda_check(cudaEventCreate(&e1), "event");
+  cuda_check(cudaMemset(a, 1, bytes), "memset");
+  for (int i = 0; i < 2; ++i) cuda_check(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+  const int reps = 10;
+  cuda_check(cudaEventRecord(e0), "record");
+  for (int i = 0; i < reps; ++i) cuda_check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+  cuda_check(cudaEventRecord(e1), "record");
+  cuda_check(cudaEventSynchronize(e1), "sync");
+  float ms = 0;
+  cuda_check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) * reps / (static_cast<double>(ms) / 1e3);
+}
+
+/// The synthetic benchmark (see the header comment). Returns the report; `ok` false on a
+/// graph / eager difference.
+json synthetic_bench(const std::string& name, int32_t context, uint64_t seed, int iters, CudaTransformerOptions opt,
+                     bool& ok) {
+  json r;
+  const ModelConfig c = CudaTransformer::synthetic_config(name);
+  r["model"] = name;
+  r["config"] = {{"hidden", c.hidden_size},     {"layers", c.num_layers},         {"heads", c.num_heads},
+                 {"kv_heads", c.num_kv_heads},  {"head_dim", c.head_dim},         {"intermediate", c.intermediate_size},
+                 {"vocab", c.vocab_size},       {"tied_embeddings", c.tie_word_embeddings}, {"qk_norm", c.qk_norm}};
+  r["seed"] = seed;
+  r["context"] = context;
+  {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    cudaGetDevice(&dev);
+    cudaGetDeviceProperties(&prop, dev);
+    r["device"] = prop.name;
+  }
+  const double bw = copy_bandwidth();
+  r["copy_bandwidth_GBps"] = bw / 1e9;
+  const int32_t blocks = (context + 9 + 15) / 16 + 2;
+  opt.copy_logits = false;
+  const auto t_build = Clock::now();
+  std::unique_ptr<CudaTransformer> m = CudaTransformer::random(c, seed, blocks, 16, opt);
+  r["build_ms"] = ms_since(t_build);
+  r["device_bytes"] = m->device_bytes();
+  const auto mat_bytes = static_cast<double>(m->matrix_bytes_per_step());
+  const double kv_bytes = static_cast<double>(context) * c.num_layers * 2.0 * static_cast<double>(c.kv_dim()) * 4.0;
+  const double floor_us = mat_bytes / bw * 1e6;
+  r["matrix_bytes_per_step"] = mat_bytes;
+  r["kv_bytes_read_per_step"] = kv_bytes;
+  r["floor_us"] = floor_us;
+  r["floor_with_kv_us"] = (mat_bytes + kv_bytes) / bw * 1e6;
+
+  KvStore kv(m->kv_config());
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int32_t> tok(0, c.vocab_size - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(context));
+  for (auto& t : prompt) t = tok(rng);
+  CudaLogits lg;
+  const SeqId s = kv.add_sequence(prompt);
+  const auto t_pre = Clock::now();
+  m->set_graphs(false);
+  gpu_prefill(*m, kv, s, prompt, LogitsMode::none, lg);
+  r["prefill_ms"] = ms_since(t_pre);
+  kv.reserve(s, kv.length(s) + 9);
+  std::vector<int32_t> toks(9);
+  for (auto& t : toks) t = tok(rng);
+
+  // Graph vs eager: the same window, all logits rows, bit for bit.
+  json ident = json::array();
+  m->set_copy_logits(true);
+  for (int32_t n : {1, 5, 9}) {
+    const ForwardWindow w{s, {toks.data(), static_cast<size_t>(n)}, LogitsMode::all};
+    m->set_graphs(false);
+    m->forward({&w, 1}, kv, lg);
+    std::vector<float> eager;
+    std::vector<int32_t> eager_ids;
+    for (int32_t i = 0; i < n; ++i) {
+      eager.insert(eager.end(), lg.row(0, i).begin(), lg.row(0, i).end());
+      eager_ids.push_back(lg.argmax(0, i));
+    }
+    m->set_graphs(true);
+    bool same = true;
+    for (int rep = 0; rep < 2; ++rep) {  // capture + first replay, then a second replay
+      m->forward({&w, 1}, kv, lg);
+      for (int32_t i = 0; i < n; ++i) {
+        const auto row = lg.row(0, i);
+        same = same && std::memcmp(row.data(), eager.data() + static_cast<size_t>(i) * row.size(),
+                                   row.size() * sizeof(float)) == 0 && lg.argmax(0, i) == eager_ids[static_cast<size_t>(i)];
+      }
+    }
+    if (!same) ok = false;
+    ident.push_back({{"n", n}, {"bitwise_identical", same}});
+  }
+  r["graph_vs_eager"] = ident;
+  m->set_copy_logits(false);
+
+  for (const bool graphs : {false, true}) {
+    m->set_graphs(graphs);
+    json wcost = json::array();
+    double base = 0;
+    for (int32_t n = 1; n <= 9; ++n) {
+      const ForwardWindow w{s, {toks.data(), static_cast<size_t>(n)}, n == 1 ? LogitsMode::last : LogitsMode::all};
+      for (int i = 0; i < 3; ++i) m->forward({&w, 1}, kv, lg);
+      std::vector<double> v;
+      for (int i = 0; i < iters; ++i) {
+        const auto t0 = Clock::now();
+        m->forward({&w, 1}, kv, lg);
+        v.push_back(ms_since(t0) * 1e3);
+      }
+      const double us = median(v);
+      if (n == 1) base = us;
+      wcost.push_back({{"n", n}, {"us", us}, {"relative", us / base}, {"vs_floor", us / floor_us}});
+    }
+    r[graphs ? "graphs" : "eager"] = {{"decode_us", base}, {"decode_vs_floor", base / floor_us}, {"windows", wcost}};
+  }
+  // Where the time goes (graphs on): the same forward with groups of kernels left out.
+  {
+    m->set_graphs(true);
+    json br = json::array();
+    for (int32_t n : {1, 5}) {
+      const ForwardWindow w{s, {toks.data(), static_cast<size_t>(n)}, n == 1 ? LogitsMode::last : LogitsMode::all};
+      json row = {{"n", n}};
+      for (const auto& [mask, label] : {std::pair<int32_t, const char*>{0, "full_us"}, {1, "gemms_only_us"},
+                                        {4, "all_but_gemms_us"}, {2, "all_but_attention_us"}}) {
+        m->set_timing_skip(mask);
+        for (int i = 0; i < 3; ++i) m->forward({&w, 1}, kv, lg);
+        std::vector<double> v;
+        for (int i = 0; i < iters; ++i) {
+          const auto t0 = Clock::now();
+          m->forward({&w, 1}, kv, lg);
+          v.push_back(ms_since(t0) * 1e3);
+        }
+        row[label] = median(v);
+      }
+      m->set_timing_skip(0);
+      br.push_back(row);
+    }
+    r["breakdown_graphs"] = br;
+  }
+  r["gemm"] = opt.gemm == CudaGemm::rows ? "gemm_rows_bf16" : "cublaslt (pinned)";
+  const double dec = r["graphs"]["decode_vs_floor"].get<double>();
+  const double w5 = r["graphs"]["windows"][4]["relative"].get<double>();
+  r["goals"] = {{"decode_within_1.3x_floor", dec <= 1.3}, {"decode_vs_floor", dec},
+                {"window5_within_1.15x_decode", w5 <= 1.15}, {"window5_relative", w5}};
+  r["graph_count"] = m->graph_count();
+  r["note"] = "host wall time per forward incl. one sync, median of iters; floor = BF16 matrix bytes of one step "
+              "(layers + lm_head) / device-to-device copy rate (bytes read + written)";
+  kv.release(s);
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -217,6 +392,10 @@ int main(int argc, char** argv) {
   bool timing = true;
   double tie_tol = 0.05;  // BF16 GPU vs float32 reference: logits differ by ~1e-2
   double logit_tol = 0.25;
+  std::string synthetic;
+  int32_t context = 512;
+  uint64_t seed = 1;
+  int iters = 30;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -234,6 +413,11 @@ int main(int argc, char** argv) {
     else if (a == "--logit-tol") logit_tol = std::stod(next());
     else if (a == "--cases") max_cases = static_cast<size_t>(std::stoul(next()));
     else if (a == "--no-timing") timing = false;
+    else if (a == "--no-graphs") gpu_options.graphs = false;
+    else if (a == "--synthetic") synthetic = next();
+    else if (a == "--context") context = std::stoi(next());
+    else if (a == "--seed") seed = std::stoull(next());
+    else if (a == "--iters") iters = std::stoi(next());
     else if (a == "--gemm") {
       const std::string g = next();
       if (g != "cublaslt" && g != "rows") {
@@ -245,13 +429,26 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--repeat N] [--no-timing] "
-                   "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm cublaslt|rows]\n",
+                   "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm cublaslt|rows] [--no-graphs] "
+                   "[--synthetic NAME [--context N] [--seed S] [--iters N]]\n",
                    argv[0]);
       return 2;
     }
   }
   json report;
   bool ok = true;
+  if (!synthetic.empty()) {
+    try {
+      report = synthetic_bench(synthetic, context, seed, iters, gpu_options, ok);
+      report["pass"] = ok;
+    } catch (const std::exception& e) {
+      report["error"] = e.what();
+      report["pass"] = false;
+      ok = false;
+    }
+    std::cout << report.dump(1) << std::endl;
+    return ok ? 0 : 1;
+  }
   try {
     std::ifstream in(golden_path);
     if (!in) throw std::runtime_error("cannot open " + golden_path);
@@ -381,6 +578,43 @@ int main(int argc, char** argv) {
                                      {"problems", bad}};
     }
     report["spec"] = spec;
+    report["graphs"] = gpu_options.graphs;
+
+    // (e) graphs vs eager, bit for bit
+    if (gpu_options.graphs) {
+      int logits_equal = 0, tokens_equal = 0, spec_equal = 0;
+      json bad = json::array();
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const auto prompt = cases[ci]["prompt_ids"].get<std::vector<int32_t>>();
+        std::vector<float> la, lb;
+        gt.set_graphs(false);
+        const PlainRun a = gpu_plain(gt, kvt, prompt, 96, {}, false, &la);
+        gt.set_graphs(true);
+        const PlainRun b = gpu_plain(gt, kvt, prompt, 96, {}, false, &lb);
+        const bool same_logits = la.size() == lb.size() && std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)) == 0;
+        logits_equal += same_logits;
+        tokens_equal += a.tokens == b.tokens;
+        gt.set_graphs(false);
+        gd.set_graphs(false);
+        const SpecRun sa = gpu_spec(gt, kvt, gd, kvd, prompt, 96, 5);
+        gt.set_graphs(true);
+        gd.set_graphs(true);
+        const SpecRun sb = gpu_spec(gt, kvt, gd, kvd, prompt, 96, 5);
+        const bool same_spec = sa.tokens == sb.tokens && sa.accepted_per_round == sb.accepted_per_round;
+        spec_equal += same_spec;
+        if (!same_logits || a.tokens != b.tokens || !same_spec) {
+          bad.push_back({{"case", ci}, {"logits", same_logits}, {"tokens", a.tokens == b.tokens}, {"spec", same_spec}});
+          ok = false;
+        }
+      }
+      report["graph_vs_eager"] = {{"plain_logits_bitwise_equal_every_step", logits_equal},
+                                  {"plain_tokens_equal", tokens_equal},
+                                  {"spec_gamma5_tokens_and_rounds_equal", spec_equal},
+                                  {"cases", cases.size()},
+                                  {"problems", bad},
+                                  {"target_graphs", gt.graph_count()},
+                                  {"draft_graphs", gd.graph_count()}};
+    }
 
     // (d)
     if (timing) {
