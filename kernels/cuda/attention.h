@@ -50,4 +50,16 @@ struct AttentionBatch {
 cudaError_t attention(const AttentionShape& shape, const PagedPool& pool, const AttentionBatch& batch,
                       cudaStream_t stream);
 
+/// The first version of the chunk kernel (value sums one (head, dim) chain per thread
+/// step): the same arithmetic in the same order, kept so checks can compare the current
+/// kernel with it bit for bit. Not for the forward.
+cudaError_t attention_reference(const AttentionShape& shape, const PagedPool& pool, const AttentionBatch& batch,
+                                cudaStream_t stream);
+
+/// The same as attention(), but the combine writes each output as BF16 bits (round to nearest even, as
+/// f32_to_bf16) to out_bf16 ([total_tokens, batch.ld_out]) instead of FP32 to batch.out:
+/// bitwise f32_to_bf16 of what attention() writes, one launch less in the forward.
+cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, const AttentionBatch& batch,
+                           uint16_t* out_bf16, cudaStream_t stream);
+
 }  // namespace specpipe::cuda

@@ -81,6 +81,91 @@ __global__ void f32_to_bf16_kernel(const float* x, int64_t cols, int64_t ldx, ui
     y[row * ldy + i] = f32_to_bf16_rne(x[row * ldx + i]);
 }
 
+/// Sum of squares of x[0:dim) in rms_norm_kernel's order, then its 1 / rms.
+__device__ inline float rms_scale(const float* x, int64_t dim, float eps, float* scratch) {
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) acc = fmaf(x[i], x[i], acc);
+  const float mean = block_sum<kRowThreads>(acc, scratch) / static_cast<float>(dim);
+  return 1.0f / sqrtf(mean + eps);
+}
+
+__global__ void rms_norm_bf16_kernel(const float* x, int64_t ldx, const float* weight, float eps, int64_t dim,
+                                     uint16_t* yb, int64_t ldyb) {
+  __shared__ float scratch[kRowThreads / 32];
+  const float* xr = x + int64_t{blockIdx.x} * ldx;
+  uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
+  const float scale = rms_scale(xr, dim, eps, scratch);
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
+}
+
+__global__ void residual_rms_norm_bf16_kernel(float* x, const float* t, const float* bias, int64_t ld,
+                                              const float* weight, float eps, int64_t dim, uint16_t* yb,
+                                              int64_t ldyb) {
+  __shared__ float scratch[kRowThreads / 32];
+  const int64_t base = int64_t{blockIdx.x} * ld;
+  float* xr = x + base;
+  // Each thread updates the elements it reads next (same stride), so no barrier is needed.
+  for (int64_t c = threadIdx.x; c < dim; c += kRowThreads) {
+    const float add = bias ? t[base + c] + bias[c] : t[base + c];
+    xr[c] = xr[c] + add;
+  }
+  uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
+  const float scale = rms_scale(xr, dim, eps, scratch);
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
+}
+
+__global__ void silu_gate_bf16_kernel(const float* gate, const float* up, int64_t ld, int64_t n, uint16_t* yb,
+                                      int64_t ldyb) {
+  const int64_t row = blockIdx.y;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t o = row * ld + i;
+    const float g = gate[o];
+    yb[row * ldyb + i] = f32_to_bf16_rne(g / (1.0f + expf(-g)) * up[o]);
+  }
+}
+
+constexpr int kMaxHeadDim = 256;
+
+__global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, int64_t ld, int32_t num_heads,
+                                       int32_t head_dim, const float* q_norm, const float* k_norm, float eps,
+                                       const float* cos, const float* sin, const int32_t* positions,
+                                       const int64_t* slots, float* pool_k, float* pool_v, int64_t slot_stride) {
+  __shared__ float scratch[kRowThreads / 32];
+  __shared__ float buf[kMaxHeadDim];
+  const int64_t row = blockIdx.x;
+  const int32_t hi = blockIdx.y;
+  const bool is_k = hi >= num_heads;
+  const int32_t kh = hi - num_heads;
+  float* x = is_k ? k + row * ld + int64_t{kh} * head_dim : q + row * ld + int64_t{hi} * head_dim;
+  const float* weight = is_k ? k_norm : q_norm;
+  if (weight) {
+    const float scale = rms_scale(x, head_dim, eps, scratch);
+    for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) buf[i] = weight[i] * (x[i] * scale);
+  } else {
+    for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) buf[i] = x[i];
+  }
+  __syncthreads();
+  const int32_t half = head_dim / 2;
+  const float* c = cos + int64_t{positions[row]} * half;
+  const float* s = sin + int64_t{positions[row]} * half;
+  const int64_t slot_off = is_k ? slots[row] * slot_stride + int64_t{kh} * head_dim : 0;
+  for (int32_t i = threadIdx.x; i < half; i += kRowThreads) {
+    const float a = buf[i], b = buf[i + half];
+    const float ra = a * c[i] - b * s[i];
+    const float rb = b * c[i] + a * s[i];
+    x[i] = ra;
+    x[i + half] = rb;
+    if (is_k) {
+      pool_k[slot_off + i] = ra;
+      pool_k[slot_off + i + half] = rb;
+    }
+  }
+  if (is_k) {
+    const float* vr = v + row * ld + int64_t{kh} * head_dim;
+    for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) pool_v[slot_off + i] = vr[i];
+  }
+}
+
 /// (value, index) that wins: larger value, then lower index.
 __device__ inline bool beats(float v, int32_t i, float best_v, int32_t best_i) {
   return v > best_v || (v == best_v && i < best_i);
@@ -149,6 +234,41 @@ cudaError_t f32_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ldx,
                         cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   f32_to_bf16_kernel<<<columns_grid(cols, rows, 256), 256, 0, stream>>>(x, cols, ldx, y, ldy);
+  return detail::launch_status();
+}
+
+cudaError_t rms_norm_bf16(const float* x, int64_t ldx, const float* weight, float eps, int64_t rows, int64_t dim,
+                          uint16_t* yb, int64_t ldyb, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  rms_norm_bf16_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, ldx, weight, eps, dim, yb, ldyb);
+  return detail::launch_status();
+}
+
+cudaError_t residual_rms_norm_bf16(float* x, const float* t, const float* bias, int64_t ld, const float* weight,
+                                   float eps, int64_t rows, int64_t dim, uint16_t* yb, int64_t ldyb,
+                                   cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  residual_rms_norm_bf16_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, t, bias, ld, weight, eps,
+                                                                                        dim, yb, ldyb);
+  return detail::launch_status();
+}
+
+cudaError_t silu_gate_bf16(const float* gate, const float* up, int64_t ld, int64_t rows, int64_t n, uint16_t* yb,
+                           int64_t ldyb, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  silu_gate_bf16_kernel<<<columns_grid(n, rows, 256), 256, 0, stream>>>(gate, up, ld, n, yb, ldyb);
+  return detail::launch_status();
+}
+
+cudaError_t qk_norm_rope_kv(float* q, float* k, const float* v, int64_t ld, int32_t num_heads, int32_t num_kv_heads,
+                            int32_t head_dim, const float* q_norm, const float* k_norm, float eps, const float* cos,
+                            const float* sin, const int32_t* positions, const int64_t* slots, int64_t rows,
+                            float* pool_k, float* pool_v, int64_t slot_stride, cudaStream_t stream) {
+  if (head_dim <= 0 || head_dim > kMaxHeadDim || head_dim % 2 != 0) return cudaErrorInvalidValue;
+  if (rows <= 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads + num_kv_heads));
+  qk_norm_rope_kv_kernel<<<grid, kRowThreads, 0, stream>>>(q, k, v, ld, num_heads, head_dim, q_norm, k_norm, eps, cos,
+                                                           sin, positions, slots, pool_k, pool_v, slot_stride);
   return detail::launch_status();
 }
 

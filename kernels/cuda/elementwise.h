@@ -48,6 +48,38 @@ cudaError_t silu_gate(const float* gate, const float* up, float* out, int64_t ro
 cudaError_t f32_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ldx, uint16_t* y,
                         int64_t ldy, cudaStream_t stream);
 
+// --- Fused row kernels of the CUDA forward. Each one does, per element, exactly the
+// operations of the unfused kernels above in the same order (nvcc runs with
+// --fmad=false), so its output is bitwise the output of the unfused sequence. ---
+
+/// rms_norm (heads = 1) then f32_to_bf16: yb[r, 0:dim] = bf16(x[r] / rms * weight).
+/// x: [rows, ldx] read; weight: [dim] read; yb: [rows, ldyb] bf16 bits written.
+cudaError_t rms_norm_bf16(const float* x, int64_t ldx, const float* weight, float eps, int64_t rows, int64_t dim,
+                          uint16_t* yb, int64_t ldyb, cudaStream_t stream);
+
+/// The residual add of a projection, then rms_norm_bf16 of the new residual:
+///   x[r, c] = x[r, c] + (t[r, c] + bias[c])  (bias may be null: + t[r, c]),
+///   yb[r, :] = bf16(rms_norm(x[r, :]) * weight).
+/// x: [rows, ld] read and written; t: [rows, ld] read; yb: [rows, ldyb] written.
+cudaError_t residual_rms_norm_bf16(float* x, const float* t, const float* bias, int64_t ld, const float* weight,
+                                   float eps, int64_t rows, int64_t dim, uint16_t* yb, int64_t ldyb,
+                                   cudaStream_t stream);
+
+/// silu_gate then f32_to_bf16: yb[r, i] = bf16(gate / (1 + exp(-gate)) * up), i < n.
+/// gate, up: [rows, ld] read; yb: [rows, ldyb] written.
+cudaError_t silu_gate_bf16(const float* gate, const float* up, int64_t ld, int64_t rows, int64_t n, uint16_t* yb,
+                           int64_t ldyb, cudaStream_t stream);
+
+/// Per-head QK-norm (if q_norm / k_norm are not null), RoPE of q and k in place, then the
+/// K/V scatter into the paged pool (kv_scatter), in one launch: one block per (row, head).
+/// q, k, v: [rows, ld] (num_heads / num_kv_heads / num_kv_heads head vectors used); q and
+/// k read and written, v read. slots: [rows]; pool_k, pool_v: [*, slot_stride] written at
+/// the rows' slots (num_kv_heads * head_dim floats). head_dim <= 256, even.
+cudaError_t qk_norm_rope_kv(float* q, float* k, const float* v, int64_t ld, int32_t num_heads, int32_t num_kv_heads,
+                            int32_t head_dim, const float* q_norm, const float* k_norm, float eps, const float* cos,
+                            const float* sin, const int32_t* positions, const int64_t* slots, int64_t rows,
+                            float* pool_k, float* pool_v, int64_t slot_stride, cudaStream_t stream);
+
 /// CPU reference: cpu::argmax. out[r] = index of the largest of logits[r, 0:vocab); the
 /// lowest index wins a tie. logits: [rows, ld] read; out: [rows] written.
 cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, int64_t ld, int32_t* out,

@@ -612,48 +612,52 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     if (!skip_rest) cuda_try(cuda::embedding(DType::bf16, d.embed, H, d_tokens, total, d.x, H, st), "embedding");
     const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence
+    // norm, cast / q-k norm, RoPE, KV scatter / attention, cast / residual, next norm, cast /
+    // SiLU gate, cast; 5 small launches per layer besides the GEMMs.
+    if (!skip_rest && c.num_layers > 0)
+      cuda_try(cuda::rms_norm_bf16(d.x, H, d.layers[0].input_norm, eps, total, H, d.xb, H, st), "input norm");
     for (int32_t l = 0; l < c.num_layers; ++l) {
       const Impl::Layer& w = d.layers[static_cast<size_t>(l)];
-      // attention block
-      if (!skip_rest) cuda_try(cuda::rms_norm(d.x, H, w.input_norm, eps, total, 1, H, d.h, H, st), "input norm");
-      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.h, total, H, H, d.xb, H, st), "to bf16");
+      // attention block (the input norm of layer l > 0 ran with the previous residual)
       if (!skip_gemms) gemm(d.g_qkv, d.xb, w.qkv, d.qkv, total, qkvd, H, "qkv GEMM");
       if (w.qkv_bias) cuda_try(cuda::add_bias(d.qkv, qkvd, w.qkv_bias, total, qkvd, st), "qkv bias");
       float* q = d.qkv;
       float* k = d.qkv + qd;
       float* v = d.qkv + qd + kvd;
-      if (c.qk_norm) {
-        if (!skip_rest) cuda_try(cuda::rms_norm(q, qkvd, w.q_norm, eps, total, c.num_heads, c.head_dim, q, qkvd, st), "q norm");
-        if (!skip_rest) cuda_try(cuda::rms_norm(k, qkvd, w.k_norm, eps, total, c.num_kv_heads, c.head_dim, k, qkvd, st), "k norm");
-      }
-      if (!skip_rest) cuda_try(cuda::rope(d.rope_cos, d.rope_sin, c.head_dim, d_pos, total, q, qkvd, c.num_heads, st), "rope q");
-      if (!skip_rest) cuda_try(cuda::rope(d.rope_cos, d.rope_sin, c.head_dim, d_pos, total, k, qkvd, c.num_kv_heads, st), "rope k");
-      if (!skip_rest) cuda_try(cuda::kv_scatter(k, v, qkvd, kvd, d_slots, total, d.pool_k[static_cast<size_t>(l)],
-                                d.pool_v[static_cast<size_t>(l)], kvd, st),
-               "kv scatter");
+      if (!skip_rest)
+        cuda_try(cuda::qk_norm_rope_kv(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
+                                       c.qk_norm ? w.q_norm : nullptr, c.qk_norm ? w.k_norm : nullptr, eps,
+                                       d.rope_cos, d.rope_sin, d_pos, d_slots, total,
+                                       d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, st),
+                 "qk norm, rope, kv scatter");
       const cuda::PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd,
                                  d.block_size, d_bt};
       const cuda::AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, d_win, d_tw, total,
                                        max_chunks, d.workspace.as<float>()};
-      if (!skip_rest && !skip_attention) cuda_try(cuda::attention(shape, pool, batch, st), "attention");
-      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.attn, total, qd, qd, d.xb, qd, st), "to bf16");
+      if (!skip_rest && !skip_attention) cuda_try(cuda::attention_bf16(shape, pool, batch, d.xb, st), "attention");
       if (!skip_gemms) gemm(d.g_o, d.xb, w.o, d.tmp, total, H, qd, "o_proj GEMM");
-      if (!skip_rest) cuda_try(cuda::residual_add(d.x, d.tmp, w.o_bias, total, H, H, st), "residual");
       // MLP block
-      if (!skip_rest) cuda_try(cuda::rms_norm(d.x, H, w.post_norm, eps, total, 1, H, d.h, H, st), "post-attention norm");
-      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.h, total, H, H, d.xb, H, st), "to bf16");
+      if (!skip_rest)
+        cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.o_bias, H, w.post_norm, eps, total, H, d.xb, H, st),
+                 "residual + post-attention norm");
       if (!skip_gemms) gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, total, 2 * I, H, "gate_up GEMM");
       if (w.gate_up_bias) cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, total, 2 * I, st), "gate_up bias");
-      if (!skip_rest) cuda_try(cuda::silu_gate(d.gu, d.gu + I, d.gu, total, I, 2 * I, st), "silu gate");
-      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.gu, total, I, 2 * I, d.xb, I, st), "to bf16");
+      if (!skip_rest) cuda_try(cuda::silu_gate_bf16(d.gu, d.gu + I, 2 * I, total, I, d.xb, I, st), "silu gate");
       if (!skip_gemms) gemm(d.g_down, d.xb, w.down, d.tmp, total, H, I, "down_proj GEMM");
-      if (!skip_rest) cuda_try(cuda::residual_add(d.x, d.tmp, w.down_bias, total, H, H, st), "residual");
+      if (skip_rest) continue;
+      if (l + 1 < c.num_layers)
+        cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.down_bias, H,
+                                              d.layers[static_cast<size_t>(l) + 1].input_norm, eps, total, H, d.xb,
+                                              H, st),
+                 "residual + input norm");
+      else
+        cuda_try(cuda::residual_add(d.x, d.tmp, w.down_bias, total, H, H, st), "residual");
     }
     // final norm and LM head for the rows that need logits
     if (logit_rows > 0) {
       if (!skip_rest) cuda_try(cuda::gather_rows(d.x, d_lr, logit_rows, H, H, d.h, st), "gather");
-      if (!skip_rest) cuda_try(cuda::rms_norm(d.h, H, d.final_norm, eps, logit_rows, 1, H, d.h, H, st), "final norm");
-      if (!skip_rest) cuda_try(cuda::f32_to_bf16(d.h, logit_rows, H, H, d.xb, H, st), "to bf16");
+      if (!skip_rest) cuda_try(cuda::rms_norm_bf16(d.h, H, d.final_norm, eps, logit_rows, H, d.xb, H, st), "final norm");
       if (!skip_gemms) gemm(d.g_head, d.xb, d.lm_head, d.logits, logit_rows, V, H, "lm_head GEMM");
       if (!skip_rest) cuda_try(cuda::argmax(d.logits, logit_rows, V, V, d.argmax, st), "argmax");
       cuda_try(cudaMemcpyAsync(host_ids, d.argmax, static_cast<size_t>(logit_rows) * 4, cudaMemcpyDeviceToHost, st),

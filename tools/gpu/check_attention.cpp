@@ -3,10 +3,12 @@
 // windows in a batch.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include <fmt/format.h>
 
+#include "core/dtype.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/attention.h"
 #include "tools/gpu/check_support.h"
@@ -15,6 +17,9 @@ namespace specpipe::gpu_check {
 namespace {
 
 constexpr int32_t kBlockSize = 16;
+int64_t g_bf16_mismatches = 0;  // attention_bf16 vs f32_to_bf16(attention), over every gpu_attention call
+int64_t g_bf16_runs = 0;
+int64_t g_ref_mismatches = 0;  // attention vs attention_reference (the first kernel), bits
 
 /// A layer's pool with some sequences in it, on the host and the device.
 struct PoolFixture {
@@ -79,7 +84,21 @@ std::vector<float> gpu_attention(const cuda::AttentionShape& s, PoolFixture& poo
                                plan.total_tokens, plan.max_chunks, ws.get()};
   CUDA_OK(cuda::attention(s, p, b, stream));
   if (time_us_out) *time_us_out = time_us(stream, 5, 50, [&] { cuda::attention(s, p, b, stream); });
-  return dout.download();
+  auto out = dout.download();
+  // attention_bf16 (the forward's fused output cast) must give f32_to_bf16 of `out`, bit for bit.
+  DeviceBuffer<uint16_t> dout_bf16(out.size());
+  CUDA_OK(cuda::attention_bf16(s, p, b, dout_bf16.get(), stream));
+  const auto got_bf16 = dout_bf16.download();
+  for (size_t i = 0; i < out.size(); ++i) g_bf16_mismatches += got_bf16[i] != f32_to_bf16(out[i]);
+  ++g_bf16_runs;
+  // the first kernel version: the same bits
+  DeviceBuffer<float> dref(out.size());
+  const cuda::AttentionBatch bref{dq.get(), dk.get(), dv.get(), dref.get(), ldq, ldkv, ldq, ddesc.get(), dtoken.get(),
+                                  plan.total_tokens, plan.max_chunks, ws.get()};
+  CUDA_OK(cuda::attention_reference(s, p, bref, stream));
+  const auto ref = dref.download();
+  for (size_t i = 0; i < out.size(); ++i) g_ref_mismatches += std::memcmp(&ref[i], &out[i], sizeof(float)) != 0;
+  return out;
 }
 
 std::vector<float> cpu_attention(const cuda::AttentionShape& s, const PoolFixture& pool, const Window& w) {
@@ -201,6 +220,10 @@ void check_attention(Report& report, cudaStream_t stream, const Options& options
   check_accuracy(report, stream, 16, 8, 128, {{4000, 2}}, 821);
   check_accuracy(report, stream, 14, 2, 64, {{255, 2}, {0, 1}}, 831);  // group of 7
   check_invariance(report, stream);
+  report.exact_count("attention_bf16 == f32_to_bf16(attention)", g_bf16_mismatches,
+                     fmt::format("{} launches compared", g_bf16_runs));
+  report.exact_count("attention == attention_reference (first kernel) bitwise", g_ref_mismatches,
+                     fmt::format("{} launches compared", g_bf16_runs));
   if (options.timing) time_attention(report, stream);
 }
 

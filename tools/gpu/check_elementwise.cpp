@@ -1,7 +1,10 @@
 // Row-wise kernels and KV writes against their CPU references.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+
+#include <fmt/format.h>
 
 #include "core/dtype.h"
 #include "kernels/cpu/activation.h"
@@ -141,6 +144,108 @@ void check_argmax(Report& report, cudaStream_t stream, const Options& options) {
   }
 }
 
+
+int64_t count_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  int64_t n = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+  return n;
+}
+
+int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t n = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
+/// The forward's fused kernels against the unfused sequences they replace: bit for bit.
+void check_fused(Report& report, cudaStream_t stream) {
+  const float eps = 1e-5f;
+  {  // rms_norm_bf16 == f32_to_bf16(rms_norm), and the residual variant
+    const int64_t rows = 9, dim = 4096, ld = 4096 + 64;
+    auto x = random_floats(static_cast<size_t>(rows * ld), 121, -3.0f, 3.0f);
+    auto t = random_floats(static_cast<size_t>(rows * ld), 122, -3.0f, 3.0f);
+    auto w = random_floats(static_cast<size_t>(dim), 123, 0.5f, 1.5f);
+    auto bias = random_floats(static_cast<size_t>(dim), 124, -0.5f, 0.5f);
+    DeviceBuffer<float> dx(x), dt(t), dw(w), dbias(bias), dy(x.size());
+    DeviceBuffer<uint16_t> ref(static_cast<size_t>(rows * dim)), got(static_cast<size_t>(rows * dim));
+    CUDA_OK(cuda::rms_norm(dx.get(), ld, dw.get(), eps, rows, 1, dim, dy.get(), ld, stream));
+    CUDA_OK(cuda::f32_to_bf16(dy.get(), rows, dim, ld, ref.get(), dim, stream));
+    CUDA_OK(cuda::rms_norm_bf16(dx.get(), ld, dw.get(), eps, rows, dim, got.get(), dim, stream));
+    report.exact_count("fused rms_norm_bf16 bitwise", count_diff(got.download(), ref.download()));
+    for (bool with_bias : {false, true}) {
+      // reference: the residual add on the host (one IEEE add or two, no contraction), then
+      // the unfused norm and cast on the device
+      std::vector<float> xr = x;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < dim; ++c) {
+          const size_t o = static_cast<size_t>(r * ld + c);
+          const float add = with_bias ? t[o] + bias[static_cast<size_t>(c)] : t[o];
+          xr[o] = x[o] + add;
+        }
+      DeviceBuffer<float> dxr(xr), dx2(x);
+      CUDA_OK(cuda::rms_norm(dxr.get(), ld, dw.get(), eps, rows, 1, dim, dy.get(), ld, stream));
+      CUDA_OK(cuda::f32_to_bf16(dy.get(), rows, dim, ld, ref.get(), dim, stream));
+      CUDA_OK(cuda::residual_rms_norm_bf16(dx2.get(), dt.get(), with_bias ? dbias.get() : nullptr, ld, dw.get(), eps,
+                                           rows, dim, got.get(), dim, stream));
+      const auto x2 = dx2.download();
+      report.exact_count(with_bias ? "fused residual_rms_norm_bf16 bias bitwise" : "fused residual_rms_norm_bf16 bitwise",
+                         count_diff(got.download(), ref.download()) + count_diff(x2, xr));
+    }
+  }
+  {  // silu_gate_bf16 == f32_to_bf16(silu_gate)
+    const int64_t rows = 5, n = 14336, ld = 2 * n;
+    auto gu = random_floats(static_cast<size_t>(rows * ld), 131, -8.0f, 8.0f);
+    DeviceBuffer<float> dgu(gu), dout(gu.size());
+    DeviceBuffer<uint16_t> ref(static_cast<size_t>(rows * n)), got(static_cast<size_t>(rows * n));
+    CUDA_OK(cuda::silu_gate(dgu.get(), dgu.get() + n, dout.get(), rows, n, ld, stream));
+    CUDA_OK(cuda::f32_to_bf16(dout.get(), rows, n, ld, ref.get(), n, stream));
+    CUDA_OK(cuda::silu_gate_bf16(dgu.get(), dgu.get() + n, ld, rows, n, got.get(), n, stream));
+    report.exact_count("fused silu_gate_bf16 bitwise", count_diff(got.download(), ref.download()));
+  }
+  // qk_norm_rope_kv == q/k rms_norm, rope q, rope k, kv_scatter
+  struct Shape {
+    int32_t heads, kv, hd;
+  };
+  for (const Shape sh : {Shape{32, 8, 128}, Shape{16, 8, 64}, Shape{14, 2, 64}}) {
+    for (bool norm : {false, true}) {
+      const int64_t rows = 7, qd = int64_t{sh.heads} * sh.hd, kvd = int64_t{sh.kv} * sh.hd, ld = qd + 2 * kvd + 8;
+      const int32_t max_pos = 4096;
+      const cpu::RopeTable table(sh.hd, 500000.0, max_pos);
+      const std::vector<float> cos(table.cos(0), table.cos(0) + int64_t{max_pos} * sh.hd / 2);
+      const std::vector<float> sin(table.sin(0), table.sin(0) + int64_t{max_pos} * sh.hd / 2);
+      const std::vector<int32_t> positions = {0, 1, 4095, 77, 78, 2000, 3};
+      const std::vector<int64_t> slots = {40, 3, 17, 16, 63, 0, 21};
+      const int64_t num_slots = 64;
+      auto qkv = random_floats(static_cast<size_t>(rows * ld), 141, -3.0f, 3.0f);
+      auto qw = random_floats(static_cast<size_t>(sh.hd), 142, 0.5f, 1.5f);
+      auto kw = random_floats(static_cast<size_t>(sh.hd), 143, 0.5f, 1.5f);
+      auto pool = random_floats(static_cast<size_t>(num_slots * kvd), 144);
+      DeviceBuffer<float> dcos(cos), dsin(sin), dqw(qw), dkw(kw);
+      DeviceBuffer<int32_t> dpos(positions);
+      DeviceBuffer<int64_t> dslots(slots);
+      DeviceBuffer<float> a(qkv), ak(pool), av(pool), b(qkv), bk(pool), bv(pool);
+      float* q = a.get();
+      float* k = a.get() + qd;
+      if (norm) {
+        CUDA_OK(cuda::rms_norm(q, ld, dqw.get(), eps, rows, sh.heads, sh.hd, q, ld, stream));
+        CUDA_OK(cuda::rms_norm(k, ld, dkw.get(), eps, rows, sh.kv, sh.hd, k, ld, stream));
+      }
+      CUDA_OK(cuda::rope(dcos.get(), dsin.get(), sh.hd, dpos.get(), rows, q, ld, sh.heads, stream));
+      CUDA_OK(cuda::rope(dcos.get(), dsin.get(), sh.hd, dpos.get(), rows, k, ld, sh.kv, stream));
+      CUDA_OK(cuda::kv_scatter(k, a.get() + qd + kvd, ld, kvd, dslots.get(), static_cast<int32_t>(rows), ak.get(),
+                               av.get(), kvd, stream));
+      CUDA_OK(cuda::qk_norm_rope_kv(b.get(), b.get() + qd, b.get() + qd + kvd, ld, sh.heads, sh.kv, sh.hd,
+                                    norm ? dqw.get() : nullptr, norm ? dkw.get() : nullptr, eps, dcos.get(),
+                                    dsin.get(), dpos.get(), dslots.get(), rows, bk.get(), bv.get(), kvd, stream));
+      const int64_t diff = count_diff(b.download(), a.download()) + count_diff(bk.download(), ak.download()) +
+                           count_diff(bv.download(), av.download());
+      report.exact_count(fmt::format("fused qk_norm_rope_kv heads {} kv {} hd {}{} bitwise", sh.heads, sh.kv, sh.hd,
+                                     norm ? " qk-norm" : ""),
+                         diff);
+    }
+  }
+}
+
 }  // namespace
 
 void check_elementwise(Report& report, cudaStream_t stream, const Options& options) {
@@ -150,6 +255,7 @@ void check_elementwise(Report& report, cudaStream_t stream, const Options& optio
   check_silu(report, stream, options);
   check_bf16_conversion(report, stream);
   check_argmax(report, stream, options);
+  check_fused(report, stream);
 }
 
 void check_kv(Report& report, cudaStream_t stream) {
