@@ -5,22 +5,8 @@
 # compute-sanitizer exists. Outputs go to $OUT (or gpu-out/). Exit status: non-zero if
 # any step failed.
 set -uo pipefail
-bundle="gpu-bundle"
-out="${OUT:-gpu-out}"
-mkdir -p "$out"
-exe="$bundle/bin/specpipe_cuda_check"
-[[ -x "$exe" ]] || { echo "check: $exe missing; run tools/gpu/bundle.sh first" >&2; exit 2; }
-
-# The bundle's libraries, then the machine's CUDA 13 (cuBLASLt) wherever it lives.
-lib="$bundle/lib"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d "$d" ]] && lib="$lib:$d"
-done
-export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$exe" | grep -q "libcublasLt.so.13 => not found"; then
-  found="$(find / -xdev -name 'libcublasLt.so.13' 2>/dev/null | head -n1)"
-  [[ -n "$found" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
-fi
+source "$(dirname "$0")/bundle_env.sh"
+gpu_bundle_env specpipe_cuda_check check
 { nvidia-smi -L 2>&1; ldd "$exe"; } >"$out/environment.txt"
 
 status=0

@@ -4,18 +4,8 @@
 # Llama-3-8B shape and the demo pair with graphs. Outputs go to $OUT (or gpu-out/).
 # Environment: CHECK_TIMEOUT (90), SYNTHETIC_RUNS, SYN_TIMEOUT (100), GEN_TIMEOUT (170).
 set -uo pipefail
-out="${OUT:-gpu-out}"
-mkdir -p "$out"
-exe="gpu-bundle/bin/specpipe_cuda_check"
-lib="gpu-bundle/lib"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d "$d" ]] && lib="$lib:$d"
-done
-export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$exe" | grep -q "libcublasLt.so.13 => not found"; then
-  found="$(find / -xdev -name 'libcublasLt.so.13' 2>/dev/null | head -n1)"
-  [[ -n "$found" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
-fi
+source "$(dirname "$0")/bundle_env.sh"
+gpu_bundle_env specpipe_cuda_check fused_run
 status=0
 timeout "${CHECK_TIMEOUT:-90}" "$exe" >"$out/cuda_check.json" 2>"$out/cuda_check.stderr" || status=1
 echo "cuda_check exit: $status (t=${SECONDS}s)"

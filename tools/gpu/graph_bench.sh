@@ -13,20 +13,8 @@
 # MEMCHECK_TIMEOUT (seconds), GEN_ARGS, MEMCHECK_AFTER (skip memcheck once this many
 # seconds have passed). Exit status: non-zero if a step failed.
 set -uo pipefail
-bundle="gpu-bundle"
-out="${OUT:-gpu-out}"
-mkdir -p "$out"
-exe="$bundle/bin/specpipe_gpu_generate"
-[[ -x "$exe" ]] || { echo "graph_bench: $exe missing; run tools/gpu/bundle.sh first" >&2; exit 2; }
-lib="$bundle/lib"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [[ -d "$d" ]] && lib="$lib:$d"
-done
-export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ldd "$exe" | grep -q "libcublasLt.so.13 => not found"; then
-  found="$(find / -xdev -name 'libcublasLt.so.13' 2>/dev/null | head -n1)"
-  [[ -n "$found" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
-fi
+source "$(dirname "$0")/bundle_env.sh"
+gpu_bundle_env specpipe_gpu_generate graph_bench
 { nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; } >"$out/graph_bench_environment.txt"
 
 status=0

@@ -1,0 +1,22 @@
+# Sourced by the GPU scripts (check.sh, bench.sh, graph_bench.sh, fused_run.sh) on the GPU
+# machine, from the repository root: `gpu_bundle_env <tool> <script name>` checks that
+# gpu-bundle/bin/<tool> exists (tools/gpu/bundle.sh makes it), sets $bundle, $exe and
+# $out ($OUT, else gpu-out/, created), and puts the bundle's libraries, then the
+# machine's CUDA 13 (cuBLASLt, wherever it lives) on LD_LIBRARY_PATH.
+gpu_bundle_env() {
+  bundle="gpu-bundle"
+  out="${OUT:-gpu-out}"
+  mkdir -p "$out"
+  exe="$bundle/bin/$1"
+  [[ -x "$exe" ]] || { echo "$2: $exe missing; run tools/gpu/bundle.sh first" >&2; exit 2; }
+  local lib="$bundle/lib" d found
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [[ -d "$d" ]] && lib="$lib:$d"
+  done
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ldd "$exe" | grep -q "libcublasLt.so.13 => not found"; then
+    found="$(find / -xdev -name 'libcublasLt.so.13' 2>/dev/null | head -n1)"
+    [[ -n "$found" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+  fi
+  return 0
+}
