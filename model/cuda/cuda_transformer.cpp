@@ -28,22 +28,24 @@ void lt_try(cublasStatus_t status, const char* what) {
     fail(ErrorCode::internal, "CUDA forward: {}: cuBLASLt status {}", what, static_cast<int>(status));
 }
 
-/// Device memory that frees itself.
-class DeviceBuffer {
+/// CUDA memory that frees itself: device memory (cudaMalloc) or pinned host memory
+/// (cudaMallocHost). `total`, when given, accumulates the bytes allocated.
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class CudaMemory {
  public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void allocate(size_t bytes, size_t& total) {
+  CudaMemory() = default;
+  ~CudaMemory() { reset(); }
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
+  void allocate(size_t bytes, size_t* total = nullptr) {
     reset();
     if (bytes == 0) return;
-    cuda_try(cudaMalloc(&ptr_, bytes), "cudaMalloc");
+    cuda_try(Alloc(&ptr_, bytes), "allocation");
     bytes_ = bytes;
-    total += bytes;
+    if (total) *total += bytes;
   }
   void reset() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) Free(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
   }
@@ -55,29 +57,8 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
-
-/// Pinned host memory that frees itself.
-class PinnedBuffer {
- public:
-  ~PinnedBuffer() { reset(); }
-  void allocate(size_t bytes) {
-    reset();
-    cuda_try(cudaMallocHost(&ptr_, bytes), "cudaMallocHost");
-    bytes_ = bytes;
-  }
-  void reset() {
-    if (ptr_) cudaFreeHost(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = CudaMemory<::cudaMalloc, ::cudaFree>;
+using PinnedBuffer = CudaMemory<::cudaMallocHost, ::cudaFreeHost>;
 
 /// A matrix in its disk dtype -> BF16 bits, round to nearest even (exact for BF16).
 void append_bf16(const MatrixWeight& w, std::vector<uint16_t>& out) {
@@ -344,8 +325,8 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   }
   const int64_t final_off = push_f32(mw ? mw->final_norm : ones_h);
   step_matrix_bytes_ += static_cast<size_t>(V * H) * sizeof(uint16_t);  // lm_head
-  d.weights_bf16.allocate(bf_size * sizeof(uint16_t), device_bytes_);
-  d.weights_f32.allocate(f32.size() * sizeof(float), device_bytes_);
+  d.weights_bf16.allocate(bf_size * sizeof(uint16_t), &device_bytes_);
+  d.weights_f32.allocate(f32.size() * sizeof(float), &device_bytes_);
   if (mw) {
     cuda_try(cudaMemcpy(d.weights_bf16.as<void>(), bf.data(), bf.size() * sizeof(uint16_t), cudaMemcpyHostToDevice),
              "weight upload");
@@ -374,7 +355,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   // --- RoPE table: the CPU table's cos/sin, bit for bit ---
   const cpu::RopeTable table(c.head_dim, c.rope_theta, c.max_position_embeddings);
   const size_t rope_floats = static_cast<size_t>(c.max_position_embeddings) * static_cast<size_t>(c.head_dim / 2);
-  d.rope.allocate(2 * rope_floats * sizeof(float), device_bytes_);
+  d.rope.allocate(2 * rope_floats * sizeof(float), &device_bytes_);
   d.rope_cos = d.rope.as<float>();
   d.rope_sin = d.rope_cos + rope_floats;
   cuda_try(cudaMemcpy(d.rope_cos, table.cos(0), rope_floats * sizeof(float), cudaMemcpyHostToDevice), "rope upload");
@@ -382,7 +363,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
 
   // --- KV pool: per layer K then V, [num_blocks * block_size, kvd] floats each ---
   const size_t layer_floats = static_cast<size_t>(kv_blocks) * static_cast<size_t>(block_size) * static_cast<size_t>(kvd);
-  d.pool.allocate(2 * layer_floats * sizeof(float) * static_cast<size_t>(c.num_layers), device_bytes_);
+  d.pool.allocate(2 * layer_floats * sizeof(float) * static_cast<size_t>(c.num_layers), &device_bytes_);
   cuda_try(cudaMemset(d.pool.as<void>(), 0, d.pool.bytes()), "pool memset");
   for (int32_t l = 0; l < c.num_layers; ++l) {
     d.pool_k.push_back(d.pool.as<float>() + (2 * static_cast<size_t>(l)) * layer_floats);
@@ -395,7 +376,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   const int64_t floats = M * (H + H + qkvd + qd + 2 * I + H + V);
   d.scratch.allocate(static_cast<size_t>(floats) * sizeof(float) + static_cast<size_t>(M * widest) * 2 +
                          static_cast<size_t>(M) * sizeof(int32_t) + 1024,
-                     device_bytes_);
+                     &device_bytes_);
   float* s = d.scratch.as<float>();
   d.x = s;
   d.h = d.x + M * H;
@@ -411,7 +392,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   d.workspace.allocate(static_cast<size_t>(M * c.num_heads * cuda::attention_chunks(static_cast<int32_t>(max_keys)) *
                                            (c.head_dim + 2)) *
                            sizeof(float),
-                       device_bytes_);
+                       &device_bytes_);
   d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) + static_cast<size_t>(M) * sizeof(int32_t));
   d.capacity_chunks = cuda::attention_chunks(static_cast<int32_t>(std::max<int64_t>(max_keys, 1)));
   // Metadata: one fixed layout for every forward (graphs bake these addresses). int64
@@ -428,7 +409,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
     d.off_bt = d.off_win + align_up(m * sizeof(cuda::AttentionWindowDesc), 16);
     const size_t meta_bytes = d.off_bt + m * static_cast<size_t>(kv_blocks) * 4;
     size_t meta_total = 0;
-    d.meta.allocate(meta_bytes, meta_total);
+    d.meta.allocate(meta_bytes, &meta_total);
     d.meta_host.allocate(meta_bytes);
   }
 
@@ -584,7 +565,7 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     if (static_cast<size_t>(need_ws) > d.workspace.bytes()) {
       cuda_try(cudaStreamSynchronize(stream_), "sync");
       d.clear_graphs();  // they hold the old workspace's address
-      d.workspace.allocate(static_cast<size_t>(need_ws), device_bytes_);
+      d.workspace.allocate(static_cast<size_t>(need_ws), &device_bytes_);
     }
   }
 
