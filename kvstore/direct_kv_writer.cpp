@@ -8,6 +8,8 @@ namespace specpipe {
 void write_rows_to_pool(KvStore& store, int32_t layer, SeqId seq, int32_t start, int32_t n, const float* k,
                         const float* v, int64_t ld) {
   KvTensors& t = store.tensors();
+  if (!t.holds_pool())
+    fail(ErrorCode::internal, "kv write of sequence {}: the store keeps no host tensors (its pool is on a device)", seq);
   const int64_t stride = t.slot_stride();
   const size_t row_bytes = static_cast<size_t>(stride) * sizeof(float);
   const int32_t block_size = store.config().block_size;
@@ -33,7 +35,8 @@ void DirectKvWriter::begin_round(std::span<const WindowPlacement> windows) {
 
 void DirectKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> windows) {
   for (const WindowKvRows& w : windows) {
-    write_rows_to_pool(store_, layer, w.seq, w.start_pos, w.n, w.k, w.v, w.ld);
+    // Null rows: a device forward already wrote them into its own pool; only count them.
+    if (w.k != nullptr || w.v != nullptr) write_rows_to_pool(store_, layer, w.seq, w.start_pos, w.n, w.k, w.v, w.ld);
     stats_.rows_written += w.n;
     if (!in_round_) stats_.prefill_rows_written += w.n;
   }
@@ -57,7 +60,7 @@ void DirectKvWriter::abort_round() {
 
 KvWriteStats DirectKvWriter::stats() const {
   KvWriteStats s = stats_;
-  s.row_bytes = store_.tensors().slot_stride() * 2 * static_cast<int64_t>(sizeof(float));
+  s.row_bytes = store_.tensors().slot_stride() * 2 * static_cast<int64_t>(sizeof(float));  // layout, not storage
   return s;
 }
 

@@ -22,6 +22,10 @@ const KvStoreConfig& validated(const KvStoreConfig& config) {
     if (value < 1)
       fail(ErrorCode::invalid_argument, "KV store config: {} must be >= 1, got {}", name, value);
   }
+  if (!config.host_tensors && config.prefix_cache)
+    fail(ErrorCode::invalid_argument,
+         "KV store config: a store without host tensors cannot use the prefix cache (shared blocks are copied on the "
+         "host)");
   return config;
 }
 
@@ -31,7 +35,7 @@ KvStore::KvStore(const KvStoreConfig& config)
     : config_(validated(config)),
       pool_(config.num_blocks),
       tensors_(config.num_layers, config.num_blocks, config.block_size, config.num_kv_heads,
-               config.head_dim) {}
+               config.head_dim, config.host_tensors) {}
 
 KvStore::~KvStore() = default;
 KvStore::KvStore(KvStore&&) noexcept = default;

@@ -26,6 +26,10 @@ struct KvStoreConfig {
   int32_t block_size = 16;
   int32_t num_blocks = 0;
   bool prefix_cache = true;
+  /// false: the store keeps only the books (block tables, slots, lengths) and the pool
+  /// lives elsewhere (a device model's memory). Needs prefix_cache off: copy-on-write of
+  /// shared blocks copies host tensors.
+  bool host_tensors = true;
 };
 
 /// Sequence ids are handed out 0, 1, 2, ... and never reused.

@@ -16,10 +16,11 @@ int32_t positive(int32_t value, const char* name) {
 }  // namespace
 
 KvTensors::KvTensors(int32_t num_layers, int32_t num_blocks, int32_t block_size, int32_t kv_heads,
-                     int32_t head_dim)
+                     int32_t head_dim, bool allocate)
     : num_blocks_(positive(num_blocks, "num_blocks")),
       block_size_(positive(block_size, "block_size")),
-      slot_stride_(int64_t{positive(kv_heads, "kv_heads")} * positive(head_dim, "head_dim")) {
+      slot_stride_(int64_t{positive(kv_heads, "kv_heads")} * positive(head_dim, "head_dim")),
+      allocated_(allocate) {
   positive(num_layers, "num_layers");
   // slots and slot_stride_ are products of two int32 values and fit in int64; only
   // their product can overflow.
@@ -27,7 +28,7 @@ KvTensors::KvTensors(int32_t num_layers, int32_t num_blocks, int32_t block_size,
   if (slots > INT64_MAX / slot_stride_)
     fail(ErrorCode::invalid_argument, "KV tensors: {} slots of {} floats overflow", slots,
          slot_stride_);
-  const auto floats = static_cast<size_t>(slots * slot_stride_);
+  const auto floats = allocate ? static_cast<size_t>(slots * slot_stride_) : 0;
   k_.assign(static_cast<size_t>(num_layers), std::vector<float>(floats, 0.0f));
   v_.assign(static_cast<size_t>(num_layers), std::vector<float>(floats, 0.0f));
 }
@@ -37,6 +38,9 @@ void KvTensors::copy_block(int32_t src, int32_t dst) {
     fail(ErrorCode::invalid_argument, "copy_block {} -> {}: blocks must be in [0, {})", src, dst,
          num_blocks_);
   if (src == dst) return;
+  if (!allocated_)
+    fail(ErrorCode::internal, "copy_block {} -> {}: this store keeps no host tensors (its pool is on a device)", src,
+         dst);
   const int64_t block_floats = int64_t{block_size_} * slot_stride_;
   for (auto* layers : {&k_, &v_}) {
     for (std::vector<float>& layer : *layers) {

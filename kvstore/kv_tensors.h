@@ -16,9 +16,10 @@ namespace specpipe {
 class KvTensors {
  public:
   /// Every argument must be >= 1; throws Error(invalid_argument) naming the first that
-  /// is not.
+  /// is not. allocate = false: the layout only, no storage (the pool lives on a device;
+  /// k() and v() are then null).
   KvTensors(int32_t num_layers, int32_t num_blocks, int32_t block_size, int32_t kv_heads,
-            int32_t head_dim);
+            int32_t head_dim, bool allocate = true);
 
   float* k(int32_t layer) { return k_[layer].data(); }
   float* v(int32_t layer) { return v_[layer].data(); }
@@ -28,6 +29,7 @@ class KvTensors {
   int32_t num_layers() const { return static_cast<int32_t>(k_.size()); }
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
+  bool holds_pool() const { return allocated_; }
 
   /// Copies block `src` to block `dst` in every layer (copy-on-write of shared blocks).
   void copy_block(int32_t src, int32_t dst);
@@ -37,6 +39,7 @@ class KvTensors {
   int32_t num_blocks_;
   int32_t block_size_;
   int64_t slot_stride_;
+  bool allocated_;
   std::vector<std::vector<float>> k_, v_;
 };
 

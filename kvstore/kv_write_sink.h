@@ -20,7 +20,10 @@ struct WindowKvRows {
   SeqId seq;
   int32_t start_pos;  ///< position of row 0 (= committed length of the sequence)
   int32_t n;          ///< rows
-  const float* k;     ///< [n, ld]: kv_heads * head_dim floats per row; read
+  /// [n, ld]: kv_heads * head_dim floats per row; read. Both null when a device model
+  /// wrote the rows into its own pool during the forward (only the direct strategy can
+  /// take those: it counts them).
+  const float* k;
   const float* v;     ///< [n, ld]; read
   int64_t ld;
 };

@@ -31,28 +31,9 @@ struct Transformer::Scratch {
   }
 };
 
-std::span<const float> Logits::row(size_t w, int32_t i) const {
-  if (w >= rows_.size() || i < 0 || i >= rows_[w])
-    fail(ErrorCode::invalid_argument, "logits row {} of window {} was not computed", i, w);
-  return {data_.data() + (first_[w] + i) * vocab_, static_cast<size_t>(vocab_)};
-}
-
 namespace {
 cpu::PackedMatrix pack(const MatrixWeight& w) { return {w.dtype, w.data, w.rows, w.cols}; }
 }  // namespace
-
-void Logits::assign(const std::vector<std::vector<float>>& rows) {
-  vocab_ = rows.empty() ? 0 : static_cast<int32_t>(rows.front().size());
-  data_.clear();
-  first_.clear();
-  rows_.clear();
-  for (const auto& r : rows) {
-    if (static_cast<int32_t>(r.size()) != vocab_) fail(ErrorCode::internal, "logits rows of different sizes");
-    first_.push_back(static_cast<int64_t>(rows_.size()));
-    rows_.push_back(1);
-    data_.insert(data_.end(), r.begin(), r.end());
-  }
-}
 
 Transformer::Transformer(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
@@ -87,26 +68,11 @@ cpu::LinearTarget target(const cpu::PackedMatrix& w, const std::vector<float>& b
 void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore& kv,
                           KvWriteSink& sink, Logits& out) {
   const ModelConfig& c = config_;
-  std::vector<int32_t> starts;
+  if (!kv.tensors().holds_pool())
+    fail(ErrorCode::invalid_argument, "CPU forward: the KV store keeps no host tensors (its pool is on a device)");
+  const std::vector<int32_t> starts = window_starts(windows, kv, c);
   int64_t total = 0;
-  for (const ForwardWindow& w : windows) {
-    const int32_t start = w.start < 0 ? kv.length(w.seq) : w.start;
-    const int64_t n = static_cast<int64_t>(w.tokens.size());
-    if (n == 0) fail(ErrorCode::invalid_argument, "forward: empty window for sequence {}", w.seq);
-    if (start < kv.length(w.seq))
-      fail(ErrorCode::invalid_argument, "forward: window of sequence {} starts at {}, inside its {} committed tokens",
-           w.seq, start, kv.length(w.seq));
-    if (kv.reserved(w.seq) < start + n)
-      fail(ErrorCode::invalid_argument,
-           "forward: sequence {} has {} positions reserved, the window needs {}", w.seq,
-           kv.reserved(w.seq), start + n);
-    if (start + n > c.max_position_embeddings)
-      fail(ErrorCode::out_of_capacity,
-           "forward: sequence {} would reach position {}, past the model's {} positions", w.seq,
-           start + n - 1, c.max_position_embeddings);
-    starts.push_back(start);
-    total += n;
-  }
+  for (const ForwardWindow& w : windows) total += static_cast<int64_t>(w.tokens.size());
   Scratch& s = *scratch_;
   s.resize(c, total);
 
@@ -119,30 +85,27 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, windows, starts, kv, sink);
 
   // Final norm and LM head, only for the rows that need logits.
-  out.vocab_ = c.vocab_size;
-  out.first_.clear();
-  out.rows_.clear();
-  int64_t logit_rows = 0;
+  std::vector<int32_t> rows_per_window;
+  int64_t logit_rows_total = 0;
   row = 0;
   for (const ForwardWindow& w : windows) {
-    const int32_t n = static_cast<int32_t>(w.tokens.size());
-    const int32_t rows = w.logits == LogitsMode::all ? n : w.logits == LogitsMode::last ? 1 : 0;
-    out.first_.push_back(logit_rows);
-    out.rows_.push_back(rows);
+    const auto n = static_cast<int32_t>(w.tokens.size());
+    const int32_t rows = logit_rows(w);
+    rows_per_window.push_back(rows);
     // Gather the rows into h (contiguous), so the LM head runs once for the batch.
     const int64_t first_row = row + n - rows;
     for (int32_t i = 0; i < rows; ++i)
       std::copy_n(s.x.data() + (first_row + i) * c.hidden_size, c.hidden_size,
-                  s.h.data() + (logit_rows + i) * c.hidden_size);
-    logit_rows += rows;
+                  s.h.data() + (logit_rows_total + i) * c.hidden_size);
+    logit_rows_total += rows;
     row += n;
   }
-  if (logit_rows == 0) return;
-  cpu::rms_norm(s.h.data(), c.hidden_size, weights_.final_norm.data(), c.rms_norm_eps, logit_rows,
+  const std::span<float> logits = out.prepare(c.vocab_size, rows_per_window);
+  if (logit_rows_total == 0) return;
+  cpu::rms_norm(s.h.data(), c.hidden_size, weights_.final_norm.data(), c.rms_norm_eps, logit_rows_total,
                 c.hidden_size, s.h.data(), c.hidden_size);
-  out.data_.resize(static_cast<size_t>(logit_rows * c.vocab_size));
-  const cpu::LinearTarget head = target(lm_head_, {}, out.data_.data(), c.vocab_size);
-  cpu::linear(s.h.data(), logit_rows, c.hidden_size, c.hidden_size, {&head, 1});
+  const cpu::LinearTarget head = target(lm_head_, {}, logits.data(), c.vocab_size);
+  cpu::linear(s.h.data(), logit_rows_total, c.hidden_size, c.hidden_size, {&head, 1});
 }
 
 void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> windows,

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/error.h"
+
 namespace specpipe {
 namespace {
 
@@ -81,6 +83,9 @@ specpipe_status PluginKvWriter::stage(int32_t layer, std::span<const WindowKvRow
 }
 
 void PluginKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> windows) {
+  for (const WindowKvRows& w : windows)
+    if (w.k == nullptr || w.v == nullptr)
+      fail(ErrorCode::internal, "kv_write plugin: rows of layer {} are in a device pool, not in host memory", layer);
   if (mode_ == Mode::staged) {
     const specpipe_status s = stage(layer, windows);
     if (s == SPECPIPE_OK) return;

@@ -1,8 +1,13 @@
 #include "kvstore/kv_tensors.h"
 
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "kvstore/kv_store.h"
+#include "kvstore/kv_write_sink.h"
 
 namespace specpipe {
 namespace {
@@ -52,6 +57,50 @@ TEST(KvTensors, RejectsEmptyShapes) {
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::invalid_argument);
     EXPECT_NE(std::string(error.what()).find("block_size"), std::string::npos);
+  }
+}
+
+// A store whose pool lives on a device keeps only the books: no host storage, and every
+// host write or copy-on-write fails loudly instead of touching memory that is not there.
+TEST(KvTensors, BookkeepingOnlyStoreHoldsNoPool) {
+  KvStoreConfig c{.num_layers = 2, .num_kv_heads = 1, .head_dim = 4, .block_size = 4, .num_blocks = 8,
+                  .prefix_cache = false, .host_tensors = false};
+  KvStore store(c);
+  EXPECT_FALSE(store.tensors().holds_pool());
+  EXPECT_EQ(store.tensors().bytes(), 0u);
+  EXPECT_EQ(store.tensors().k(0), nullptr);
+  const SeqId seq = store.add_sequence({});
+  store.reserve(seq, 3);
+  EXPECT_EQ(store.slot(seq, 2), store.block_table(seq)[0] * 4 + 2);  // the books work as usual
+  const std::vector<float> rows(3 * 4, 1.0f);
+  try {
+    write_rows_to_pool(store, 0, seq, 0, 3, rows.data(), rows.data(), 4);
+    FAIL() << "a host write into a device pool must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no host tensors"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(store.tensors().copy_block(0, 1), Error);
+
+  // The direct writer only counts rows a device forward reports with null pointers.
+  DirectKvWriter writer(store);
+  const WindowKvRows written{seq, 0, 3, nullptr, nullptr, 0};
+  writer.write_layer(0, {&written, 1});
+  writer.write_layer(1, {&written, 1});
+  EXPECT_EQ(writer.stats().rows_written, 6);
+  store.commit(seq, std::vector<int32_t>{1, 2, 3});
+  EXPECT_EQ(store.length(seq), 3);
+  store.check_invariants();
+}
+
+TEST(KvTensors, BookkeepingOnlyStoreRefusesThePrefixCache) {
+  KvStoreConfig c{.num_layers = 1, .num_kv_heads = 1, .head_dim = 4, .block_size = 4, .num_blocks = 8,
+                  .prefix_cache = true, .host_tensors = false};
+  try {
+    KvStore store(c);
+    FAIL() << "prefix cache without host tensors must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("prefix cache"), std::string::npos) << e.what();
   }
 }
 

@@ -1,0 +1,65 @@
+#include "model/forward_model.h"
+
+#include "core/error.h"
+
+namespace specpipe {
+
+std::span<const float> Logits::row(size_t w, int32_t i) const {
+  if (w >= rows_.size() || i < 0 || i >= rows_[w])
+    fail(ErrorCode::invalid_argument, "logits row {} of window {} was not computed", i, w);
+  return {data_.data() + (first_[w] + i) * vocab_, static_cast<size_t>(vocab_)};
+}
+
+void Logits::assign(const std::vector<std::vector<float>>& rows) {
+  vocab_ = rows.empty() ? 0 : static_cast<int32_t>(rows.front().size());
+  data_.clear();
+  first_.clear();
+  rows_.clear();
+  for (const auto& r : rows) {
+    if (static_cast<int32_t>(r.size()) != vocab_) fail(ErrorCode::internal, "logits rows of different sizes");
+    first_.push_back(static_cast<int64_t>(rows_.size()));
+    rows_.push_back(1);
+    data_.insert(data_.end(), r.begin(), r.end());
+  }
+}
+
+std::span<float> Logits::prepare(int32_t vocab, std::span<const int32_t> rows_per_window) {
+  vocab_ = vocab;
+  first_.clear();
+  rows_.assign(rows_per_window.begin(), rows_per_window.end());
+  int64_t total = 0;
+  for (const int32_t r : rows_) {
+    first_.push_back(total);
+    total += r;
+  }
+  data_.resize(static_cast<size_t>(total * vocab));
+  return data_;
+}
+
+std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const KvStore& kv,
+                                   const ModelConfig& c) {
+  std::vector<int32_t> starts;
+  starts.reserve(windows.size());
+  for (const ForwardWindow& w : windows) {
+    const int32_t start = w.start < 0 ? kv.length(w.seq) : w.start;
+    const auto n = static_cast<int64_t>(w.tokens.size());
+    if (n == 0) fail(ErrorCode::invalid_argument, "forward: empty window for sequence {}", w.seq);
+    if (start < kv.length(w.seq))
+      fail(ErrorCode::invalid_argument, "forward: window of sequence {} starts at {}, inside its {} committed tokens",
+           w.seq, start, kv.length(w.seq));
+    if (kv.reserved(w.seq) < start + n)
+      fail(ErrorCode::invalid_argument, "forward: sequence {} has {} positions reserved, the window needs {}", w.seq,
+           kv.reserved(w.seq), start + n);
+    if (start + n > c.max_position_embeddings)
+      fail(ErrorCode::out_of_capacity, "forward: sequence {} would reach position {}, past the model's {} positions",
+           w.seq, start + n - 1, c.max_position_embeddings);
+    for (const int32_t t : w.tokens)
+      if (t < 0 || t >= c.vocab_size)
+        fail(ErrorCode::invalid_argument, "forward: token id {} of sequence {} is outside the vocabulary of {}", t,
+             w.seq, c.vocab_size);
+    starts.push_back(start);
+  }
+  return starts;
+}
+
+}  // namespace specpipe

@@ -1,0 +1,107 @@
+#pragma once
+/// What the pipeline needs of a model, whatever device runs it: the forward of a batch of
+/// windows over a paged KV store (ARCHITECTURE.md section 3). The CPU Transformer
+/// (model/transformer.h) and the CUDA one (model/cuda/cuda_forward_model.h) implement it;
+/// model/open_model.h picks one for a Device.
+///
+/// One call runs a batch of sequences, each with a window of n >= 1 new tokens: prefill
+/// chunks, single-token decode and speculative verify windows are the same call with
+/// different n. Each window starts at its sequence's committed KV length (or an explicit
+/// later start); attention reads the committed prefix from the paged pool and the
+/// window's own K/V from a dense window buffer.
+#include <cstdint>
+#include <climits>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/device.h"
+#include "kvstore/kv_store.h"
+#include "kvstore/kv_write_sink.h"
+#include "model/config.h"
+
+namespace specpipe {
+
+/// Which positions of a window need logits.
+enum class LogitsMode { none, last, all };
+
+struct ForwardWindow {
+  SeqId seq;
+  std::span<const int32_t> tokens;  ///< the window's new tokens (n >= 1)
+  LogitsMode logits = LogitsMode::last;
+  /// Position of tokens[0]; -1 = the sequence's committed length. A later start lets
+  /// prefill chunks follow each other before the KV-router commits them: positions
+  /// [length, start) must then already hold the earlier chunks' K/V.
+  int32_t start = -1;
+};
+
+/// Logits of one forward: rows [vocab] for the positions asked, window by window.
+class Logits {
+ public:
+  int32_t vocab() const { return vocab_; }
+  /// Row `i` of window `w` (i counts the window's logits rows: 0 for `last`).
+  std::span<const float> row(size_t w, int32_t i = 0) const;
+  int32_t rows(size_t w) const { return rows_[w]; }
+  size_t windows() const { return rows_.size(); }
+  /// Replaces the contents with one row per window (equal sizes).
+  void assign(const std::vector<std::vector<float>>& rows);
+  /// For backends: lays out `rows_per_window[w]` rows of `vocab` floats per window and
+  /// returns the (uninitialised) storage of all rows, window by window.
+  std::span<float> prepare(int32_t vocab, std::span<const int32_t> rows_per_window);
+
+ private:
+  int32_t vocab_ = 0;
+  std::vector<float> data_;
+  std::vector<int64_t> first_;  // first row of each window
+  std::vector<int32_t> rows_;   // rows of each window
+};
+
+/// Logits rows a window asks for.
+inline int32_t logit_rows(const ForwardWindow& w) {
+  const auto n = static_cast<int32_t>(w.tokens.size());
+  return w.logits == LogitsMode::all ? n : w.logits == LogitsMode::last ? 1 : 0;
+}
+
+/// Checks every window against the store and the model (non-empty, starts at or after
+/// its committed length, reserved, below max_position_embeddings, token ids in the
+/// vocabulary) and returns each window's start. Throws Error (invalid_argument, or
+/// out_of_capacity past the model's positions) naming the sequence.
+std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const KvStore& kv,
+                                   const ModelConfig& config);
+
+class ForwardModel {
+ public:
+  virtual ~ForwardModel() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  /// Where the forward runs; its stream orders the model's device work (CPU: a tag).
+  virtual Device device() const = 0;
+  virtual Stream stream() const { return Stream{device(), nullptr}; }
+
+  /// The layout of the KvStore that goes with a pool of `num_blocks` blocks of
+  /// `block_size` tokens. CPU: the store holds the pool in its host tensors. A device
+  /// model holds the pool itself (allocate_kv_pool) and the store keeps only the books
+  /// (block tables, slots, lengths): host_tensors and prefix_cache are then off.
+  virtual KvStoreConfig kv_config(int32_t num_blocks, int32_t block_size) const = 0;
+  /// Device models: allocates the device pool (once, before the first forward). CPU:
+  /// nothing to do (the store allocates).
+  virtual void allocate_kv_pool(int32_t /*num_blocks*/, int32_t /*block_size*/) {}
+  /// Bytes one block of `block_size` tokens takes in the pool (K and V, every layer).
+  int64_t kv_block_bytes(int32_t block_size) const {
+    return int64_t{2} * config().num_layers * block_size * config().kv_dim() * static_cast<int64_t>(sizeof(float));
+  }
+
+  /// The most tokens (all windows together) one forward takes; callers split larger
+  /// work. CPU: no limit.
+  virtual int32_t max_forward_tokens() const { return INT32_MAX; }
+
+  /// Runs every window through the model. Preconditions (checked, see window_starts):
+  /// each window's sequence has reserved [start, start + n) in `kv`. The windows' K/V go
+  /// to `sink` layer by layer (a device model writes them into its pool and reports the
+  /// rows with null pointers: kvstore/kv_write_sink.h); `kv` is only read. Not
+  /// re-entrant: one forward at a time per model (it owns its scratch).
+  virtual void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
+                       Logits& out) = 0;
+};
+
+}  // namespace specpipe
