@@ -204,7 +204,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
                                  int32_t kv_blocks, int32_t block_size, CudaTransformerOptions options)
     : config_(config), options_(options), impl_(std::make_unique<Impl>()) {
   const ModelConfig& c = config_;
-  if (kv_blocks < 1 || block_size < 1) fail(ErrorCode::invalid_argument, "CUDA forward: KV pool of {} blocks of {}", kv_blocks, block_size);
+  if (kv_blocks < 0 || block_size < 1) fail(ErrorCode::invalid_argument, "CUDA forward: KV pool of {} blocks of {}", kv_blocks, block_size);
   if (options_.max_tokens < 1 || options_.max_tokens > 1024)
     fail(ErrorCode::invalid_argument, "CUDA forward: max_tokens {} outside [1, 1024]", options_.max_tokens);
   if (c.head_dim > 256 || c.num_heads % c.num_kv_heads != 0 || c.num_heads / c.num_kv_heads > 16)
@@ -215,8 +215,6 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   cuda_try(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   Impl& d = *impl_;
-  d.num_blocks = kv_blocks;
-  d.block_size = block_size;
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
   const int64_t qkvd = qd + 2 * kvd;
 
@@ -361,15 +359,6 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   cuda_try(cudaMemcpy(d.rope_cos, table.cos(0), rope_floats * sizeof(float), cudaMemcpyHostToDevice), "rope upload");
   cuda_try(cudaMemcpy(d.rope_sin, table.sin(0), rope_floats * sizeof(float), cudaMemcpyHostToDevice), "rope upload");
 
-  // --- KV pool: per layer K then V, [num_blocks * block_size, kvd] floats each ---
-  const size_t layer_floats = static_cast<size_t>(kv_blocks) * static_cast<size_t>(block_size) * static_cast<size_t>(kvd);
-  d.pool.allocate(2 * layer_floats * sizeof(float) * static_cast<size_t>(c.num_layers), &device_bytes_);
-  cuda_try(cudaMemset(d.pool.as<void>(), 0, d.pool.bytes()), "pool memset");
-  for (int32_t l = 0; l < c.num_layers; ++l) {
-    d.pool_k.push_back(d.pool.as<float>() + (2 * static_cast<size_t>(l)) * layer_floats);
-    d.pool_v.push_back(d.pool.as<float>() + (2 * static_cast<size_t>(l) + 1) * layer_floats);
-  }
-
   // --- scratch ---
   const int64_t M = options_.max_tokens;
   const int64_t widest = std::max({H, qd, I});
@@ -387,13 +376,44 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   d.logits = d.tmp + M * H;
   d.xb = reinterpret_cast<uint16_t*>(d.logits + M * V);
   d.argmax = reinterpret_cast<int32_t*>(d.xb + align_up(static_cast<size_t>(M * widest), 8));
+  d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) + static_cast<size_t>(M) * sizeof(int32_t));
+  // --- GEMMs: one pinned algorithm per shape ---
+  lt_try(cublasLtCreate(&d.lt), "cublasLtCreate");
+  const int32_t mm = options_.max_tokens;
+  lt_try(d.g_qkv.init(d.lt, {qkvd, H, H, qkvd, mm}), "pin qkv GEMM");
+  lt_try(d.g_o.init(d.lt, {H, qd, qd, H, mm}), "pin o_proj GEMM");
+  lt_try(d.g_gate_up.init(d.lt, {2 * I, H, H, 2 * I, mm}), "pin gate_up GEMM");
+  lt_try(d.g_down.init(d.lt, {H, I, I, H, mm}), "pin down_proj GEMM");
+  lt_try(d.g_head.init(d.lt, {V, H, H, V, mm}), "pin lm_head GEMM");
+  cuda_try(cudaDeviceSynchronize(), "upload");
+  if (kv_blocks > 0) allocate_kv_pool(kv_blocks, block_size);
+  else impl_->block_size = block_size;
+}
+
+void CudaTransformer::allocate_kv_pool(int32_t kv_blocks, int32_t block_size) {
+  const ModelConfig& c = config_;
+  Impl& d = *impl_;
+  if (d.num_blocks > 0) fail(ErrorCode::invalid_argument, "CUDA forward: the KV pool is already allocated");
+  if (kv_blocks < 1 || block_size < 1)
+    fail(ErrorCode::invalid_argument, "CUDA forward: KV pool of {} blocks of {}", kv_blocks, block_size);
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  const int64_t kvd = c.kv_dim();
+  const int64_t M = options_.max_tokens;
+  // --- KV pool: per layer K then V, [num_blocks * block_size, kvd] floats each ---
+  const size_t layer_floats = static_cast<size_t>(kv_blocks) * static_cast<size_t>(block_size) * static_cast<size_t>(kvd);
+  d.pool.allocate(2 * layer_floats * sizeof(float) * static_cast<size_t>(c.num_layers), &device_bytes_);
+  cuda_try(cudaMemset(d.pool.as<void>(), 0, d.pool.bytes()), "pool memset");
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    d.pool_k.push_back(d.pool.as<float>() + (2 * static_cast<size_t>(l)) * layer_floats);
+    d.pool_v.push_back(d.pool.as<float>() + (2 * static_cast<size_t>(l) + 1) * layer_floats);
+  }
+
   // Attention split-K workspace: every query sees at most the pool's capacity of keys.
   const int64_t max_keys = std::min<int64_t>(int64_t{kv_blocks} * block_size, c.max_position_embeddings);
   d.workspace.allocate(static_cast<size_t>(M * c.num_heads * cuda::attention_chunks(static_cast<int32_t>(max_keys)) *
                                            (c.head_dim + 2)) *
                            sizeof(float),
                        &device_bytes_);
-  d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) + static_cast<size_t>(M) * sizeof(int32_t));
   d.capacity_chunks = cuda::attention_chunks(static_cast<int32_t>(std::max<int64_t>(max_keys, 1)));
   // Metadata: one fixed layout for every forward (graphs bake these addresses). int64
   // slots, the int32 arrays, the window descriptors, then the block tables (copied up to
@@ -407,21 +427,17 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
     d.off_lr = d.off_tw + align_up(m * 4, 16);
     d.off_win = d.off_lr + align_up(m * 4, 16);
     d.off_bt = d.off_win + align_up(m * sizeof(cuda::AttentionWindowDesc), 16);
-    const size_t meta_bytes = d.off_bt + m * static_cast<size_t>(kv_blocks) * 4;
+    // A window's block table covers at most the model's positions (+1: truncate keeps a
+    // sequence's first block), whatever the pool's size.
+    const int64_t table_max = std::min<int64_t>(kv_blocks, (c.max_position_embeddings + block_size - 1) / block_size + 1);
+    const size_t meta_bytes = d.off_bt + m * static_cast<size_t>(table_max) * 4;
     size_t meta_total = 0;
     d.meta.allocate(meta_bytes, &meta_total);
     d.meta_host.allocate(meta_bytes);
   }
 
-  // --- GEMMs: one pinned algorithm per shape ---
-  lt_try(cublasLtCreate(&d.lt), "cublasLtCreate");
-  const int32_t mm = options_.max_tokens;
-  lt_try(d.g_qkv.init(d.lt, {qkvd, H, H, qkvd, mm}), "pin qkv GEMM");
-  lt_try(d.g_o.init(d.lt, {H, qd, qd, H, mm}), "pin o_proj GEMM");
-  lt_try(d.g_gate_up.init(d.lt, {2 * I, H, H, 2 * I, mm}), "pin gate_up GEMM");
-  lt_try(d.g_down.init(d.lt, {H, I, I, H, mm}), "pin down_proj GEMM");
-  lt_try(d.g_head.init(d.lt, {V, H, H, V, mm}), "pin lm_head GEMM");
-  cuda_try(cudaDeviceSynchronize(), "upload");
+  d.num_blocks = kv_blocks;
+  d.block_size = block_size;
 }
 
 CudaTransformer::~CudaTransformer() {
@@ -429,6 +445,8 @@ CudaTransformer::~CudaTransformer() {
   impl_.reset();
   if (stream_) cudaStreamDestroy(stream_);
 }
+
+int32_t CudaTransformer::kv_blocks() const { return impl_->num_blocks; }
 
 KvStoreConfig CudaTransformer::kv_config() const {
   KvStoreConfig k;
@@ -438,6 +456,7 @@ KvStoreConfig CudaTransformer::kv_config() const {
   k.block_size = impl_->block_size;
   k.num_blocks = impl_->num_blocks;
   k.prefix_cache = false;
+  k.host_tensors = false;
   return k;
 }
 
@@ -470,30 +489,21 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     fail(ErrorCode::invalid_argument, "CUDA forward: the KV store's prefix cache must be off (kv_config())");
   if (windows.empty()) fail(ErrorCode::invalid_argument, "CUDA forward: no windows");
 
+  if (d.num_blocks == 0) fail(ErrorCode::invalid_argument, "CUDA forward: no KV pool allocated (allocate_kv_pool)");
+  // CAF runs an actor on any of its threads; the device is per thread.
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+
   // --- host plan: tokens, positions, slots, block tables, attention windows, logit rows ---
-  std::vector<int32_t> starts;
+  const std::vector<int32_t> starts = window_starts(windows, kv, c);
   std::vector<cuda::AttentionWindowSpec> specs;
   int32_t total = 0, table_len = 0, logit_rows = 0;
-  for (const ForwardWindow& w : windows) {
-    const int32_t start = w.start < 0 ? kv.length(w.seq) : w.start;
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const ForwardWindow& w = windows[wi];
     const auto n = static_cast<int32_t>(w.tokens.size());
-    if (n == 0) fail(ErrorCode::invalid_argument, "forward: empty window for sequence {}", w.seq);
-    if (start < kv.length(w.seq))
-      fail(ErrorCode::invalid_argument, "forward: window of sequence {} starts at {}, inside its {} committed tokens",
-           w.seq, start, kv.length(w.seq));
-    if (kv.reserved(w.seq) < start + n)
-      fail(ErrorCode::invalid_argument, "forward: sequence {} has {} positions reserved, the window needs {}", w.seq,
-           kv.reserved(w.seq), start + n);
-    if (start + n > c.max_position_embeddings)
-      fail(ErrorCode::out_of_capacity, "forward: sequence {} would reach position {}, past the model's {} positions",
-           w.seq, start + n - 1, c.max_position_embeddings);
-    for (int32_t t : w.tokens)
-      if (t < 0 || t >= c.vocab_size) fail(ErrorCode::invalid_argument, "forward: token id {} outside the vocabulary", t);
-    starts.push_back(start);
-    specs.push_back({start, n, table_len});
+    specs.push_back({starts[wi], n, table_len});
     table_len += static_cast<int32_t>(kv.block_table(w.seq).size());
     total += n;
-    logit_rows += w.logits == LogitsMode::all ? n : w.logits == LogitsMode::last ? 1 : 0;
+    logit_rows += specpipe::logit_rows(w);
   }
   if (total > options_.max_tokens)
     fail(ErrorCode::invalid_argument, "CUDA forward: {} tokens in one forward, more than max_tokens {}", total,
@@ -532,7 +542,7 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     const auto table = kv.block_table(w.seq);
     std::copy(table.begin(), table.end(), tables + bt);
     bt += static_cast<int32_t>(table.size());
-    const int32_t rows = w.logits == LogitsMode::all ? n : w.logits == LogitsMode::last ? 1 : 0;
+    const int32_t rows = specpipe::logit_rows(w);
     out.first_.push_back(lr);
     out.rows_.push_back(rows);
     for (int32_t i = 0; i < rows; ++i) logit_index[lr + i] = row + n - rows + i;

@@ -28,7 +28,7 @@
 
 #include "kvstore/kv_store.h"
 #include "model/config.h"
-#include "model/transformer.h"
+#include "model/forward_model.h"
 #include "model/weights.h"
 
 namespace specpipe {
@@ -82,7 +82,7 @@ struct CudaTransformerOptions {
 class CudaTransformer {
  public:
   /// Uploads the weights (as BF16) and allocates a device KV pool of `kv_blocks` blocks
-  /// of `block_size` tokens. Throws Error (internal: a CUDA / cuBLASLt failure, with the
+  /// of `block_size` tokens (0: later, with allocate_kv_pool). Throws Error (internal: a CUDA / cuBLASLt failure, with the
   /// call; unsupported: a shape the kernels do not serve).
   CudaTransformer(const ModelConfig& config, const ModelWeights& weights, int32_t kv_blocks,
                   int32_t block_size = 16, CudaTransformerOptions options = {});
@@ -100,9 +100,15 @@ class CudaTransformer {
   CudaTransformer& operator=(const CudaTransformer&) = delete;
 
   const ModelConfig& config() const { return config_; }
-  /// The KvStore layout matching the device pool (prefix cache off).
+  /// The KvStore layout matching the device pool: bookkeeping only (host tensors off,
+  /// prefix cache off).
   KvStoreConfig kv_config() const;
+  /// Allocates the device KV pool when the constructor was given kv_blocks = 0 (sizing
+  /// it from the memory the weights left free). Once only.
+  void allocate_kv_pool(int32_t kv_blocks, int32_t block_size);
+  int32_t kv_blocks() const;
   cudaStream_t stream() const { return stream_; }
+  int32_t max_tokens() const { return options_.max_tokens; }
   /// Bytes of device memory held (weights, pool, scratch).
   size_t device_bytes() const { return device_bytes_; }
   /// Whether forward() copies logits rows back (argmax ids always come back).

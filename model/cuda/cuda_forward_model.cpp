@@ -1,0 +1,117 @@
+#include "model/cuda/cuda_forward_model.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace specpipe {
+namespace {
+
+void cuda_try(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail(ErrorCode::internal, "CUDA: {}: {}", what, cudaGetErrorString(status));
+}
+
+/// A recorded point of a CUDA stream's work.
+class CudaEvent final : public EventImpl {
+ public:
+  explicit CudaEvent(const Stream& stream) {
+    cuda_try(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+    const cudaError_t status = cudaEventRecord(event_, static_cast<cudaStream_t>(stream.native));
+    if (status != cudaSuccess) {
+      cudaEventDestroy(event_);
+      cuda_try(status, "cudaEventRecord");
+    }
+  }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  void wait_on(const Stream& waiter) const override {
+    // A host consumer (CPU stream) reads as soon as this returns: block until done. A
+    // CUDA consumer waits on the device and the host goes on.
+    if (waiter.device.kind == DeviceKind::cuda)
+      cuda_try(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter.native), event_, 0), "cudaStreamWaitEvent");
+    else
+      synchronize();
+  }
+  void synchronize() const override { cuda_try(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  bool query() const override {
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) return false;
+    cuda_try(status, "cudaEventQuery");
+    return true;
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+Event record_cuda_event(const Stream& stream) { return Event(std::make_shared<const CudaEvent>(stream)); }
+
+}  // namespace
+
+void register_cuda_events() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_event_recorder(DeviceKind::cuda, &record_cuda_event); });
+}
+
+DeviceMemory device_memory(int32_t device) {
+  cuda_try(cudaSetDevice(device), "cudaSetDevice");
+  DeviceMemory m;
+  cuda_try(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo");
+  return m;
+}
+
+CudaForwardModel::CudaForwardModel(std::unique_ptr<CudaTransformer> model)
+    : model_(std::move(model)), device_{DeviceKind::cuda, 0} {
+  int device = 0;
+  cuda_try(cudaGetDevice(&device), "cudaGetDevice");  // the constructor of model_ set it
+  device_.index = device;
+  register_cuda_events();
+}
+
+KvStoreConfig CudaForwardModel::kv_config(int32_t num_blocks, int32_t block_size) const {
+  if (model_->kv_blocks() > 0 && (num_blocks != model_->kv_blocks() || block_size != model_->kv_config().block_size))
+    fail(ErrorCode::invalid_argument, "CUDA model: a store of {} blocks of {} does not match its pool of {} of {}",
+         num_blocks, block_size, model_->kv_blocks(), model_->kv_config().block_size);
+  KvStoreConfig k;
+  k.num_layers = config().num_layers;
+  k.num_kv_heads = config().num_kv_heads;
+  k.head_dim = config().head_dim;
+  k.block_size = block_size;
+  k.num_blocks = num_blocks;
+  k.prefix_cache = false;  // shared-block copies would happen on host tensors
+  k.host_tensors = false;
+  return k;
+}
+
+void CudaForwardModel::allocate_kv_pool(int32_t num_blocks, int32_t block_size) {
+  model_->allocate_kv_pool(num_blocks, block_size);
+}
+
+void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
+                               Logits& out) {
+  model_->forward(windows, kv, logits_);  // checks the windows (window_starts)
+  rows_.clear();
+  for (size_t w = 0; w < windows.size(); ++w) rows_.push_back(logits_.rows(w));
+  const std::span<float> dst = out.prepare(config().vocab_size, rows_);
+  size_t at = 0;
+  for (size_t w = 0; w < windows.size(); ++w)
+    for (int32_t i = 0; i < rows_[w]; ++i) {
+      const std::span<const float> row = logits_.row(w, i);
+      std::memcpy(dst.data() + at, row.data(), row.size_bytes());
+      at += row.size();
+    }
+  // The rows are in the device pool already: tell the sink (it counts them).
+  written_.clear();
+  for (size_t w = 0; w < windows.size(); ++w)
+    written_.push_back({windows[w].seq, windows[w].start < 0 ? kv.length(windows[w].seq) : windows[w].start,
+                        static_cast<int32_t>(windows[w].tokens.size()), nullptr, nullptr, 0});
+  for (int32_t layer = 0; layer < config().num_layers; ++layer) sink.write_layer(layer, written_);
+}
+
+}  // namespace specpipe

@@ -1,0 +1,51 @@
+#pragma once
+/// The CUDA transformer behind the device-neutral ForwardModel interface, so the actors
+/// run it as they run the CPU one (`device: cuda:N`, issue 6).
+///
+/// The K/V of every window go into the model's own device pool during the forward; the
+/// KvStore passed in keeps only the books (kv_config: host tensors and prefix cache off).
+/// The sink is told about the rows with null pointers (kvstore/kv_write_sink.h), so only
+/// the direct kv_write strategy can run on the device. The model's stream is its own:
+/// each actor owning a model owns a stream.
+#include <memory>
+
+#include "model/cuda/cuda_transformer.h"
+#include "model/forward_model.h"
+
+namespace specpipe {
+
+class CudaForwardModel final : public ForwardModel {
+ public:
+  explicit CudaForwardModel(std::unique_ptr<CudaTransformer> model);
+
+  const ModelConfig& config() const override { return model_->config(); }
+  Device device() const override { return device_; }
+  Stream stream() const override { return Stream{device_, model_->stream()}; }
+  KvStoreConfig kv_config(int32_t num_blocks, int32_t block_size) const override;
+  void allocate_kv_pool(int32_t num_blocks, int32_t block_size) override;
+  int32_t max_forward_tokens() const override { return model_->max_tokens(); }
+  void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
+               Logits& out) override;
+
+  CudaTransformer& cuda() { return *model_; }
+
+ private:
+  std::unique_ptr<CudaTransformer> model_;
+  Device device_;
+  CudaLogits logits_;
+  std::vector<int32_t> rows_;
+  std::vector<WindowKvRows> written_;
+};
+
+/// Registers CUDA events with core/device.h (Event::record on a CUDA stream). Idempotent;
+/// CudaForwardModel calls it.
+void register_cuda_events();
+
+/// Free and total bytes of a device's memory (cudaMemGetInfo).
+struct DeviceMemory {
+  size_t free = 0;
+  size_t total = 0;
+};
+DeviceMemory device_memory(int32_t device);
+
+}  // namespace specpipe

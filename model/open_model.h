@@ -1,0 +1,36 @@
+#pragma once
+/// Opening a checkpoint on a device: the one place that knows which ForwardModel serves
+/// which Device (CPU: Transformer; CUDA: CudaForwardModel, where built).
+#include <filesystem>
+#include <memory>
+#include <span>
+
+#include "core/device.h"
+#include "model/forward_model.h"
+
+namespace specpipe {
+
+struct ModelOptions {
+  Device device;
+  /// Device models: the most tokens one forward takes (scratch and GEMM shapes are sized
+  /// for it, at most 1024); callers split larger work (ForwardModel::max_forward_tokens).
+  int32_t max_forward_tokens = 256;
+};
+
+/// Whether this build has the CUDA backend.
+bool cuda_built();
+
+/// config.json + safetensors -> a model on `options.device`. A device model holds its
+/// weights on the device and no KV pool yet (ForwardModel::allocate_kv_pool). Throws
+/// specpipe::Error naming the file or tensor at fault, or Error(unsupported) for a
+/// device this build or machine lacks.
+std::unique_ptr<ForwardModel> open_model(const std::filesystem::path& model_dir, const ModelOptions& options);
+
+/// KV blocks that fill `fraction` of the memory still free on `device`, when every
+/// model of `models` gets a pool of that many blocks (the target and draft stores are
+/// equally large). Throws Error(unsupported) for the CPU, Error(out_of_capacity) when
+/// not even one block fits.
+int32_t kv_blocks_for_free_memory(const Device& device, std::span<const ForwardModel* const> models,
+                                  int32_t block_size, double fraction);
+
+}  // namespace specpipe
