@@ -56,7 +56,7 @@ void propose(DraftState& st, RoundBatch& b) {
     }
   }
   // Recorded after the producing work, on the drafter's stream (CPU: complete).
-  if (!b.q.empty()) b.q.ready = Event::record(Stream{});
+  if (!b.q.empty()) b.q.ready = Event::record(st.deps.drafter->stream());
   b.times.draft_ms += clock.elapsed_ms();
 }
 

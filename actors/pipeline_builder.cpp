@@ -11,6 +11,7 @@
 #include "actors/verifier_actor.h"
 #include "core/error.h"
 #include "model/load_model.h"
+#include "model/open_model.h"
 #include "pipeline/lookup_drafter.h"
 #include "pipeline/model_drafter.h"
 #include "pipeline/plugin_kv_writer.h"
@@ -19,13 +20,46 @@ namespace specpipe::actors {
 
 PipelineParts load_pipeline(const PipelineConfig& c) {
   if (c.kv.block_size <= 0) fail(ErrorCode::invalid_argument, "kv.block_size must be positive");
-  if (c.kv.tokens < c.kv.block_size) fail(ErrorCode::invalid_argument, "kv.tokens must hold at least one block");
+  if (c.kv.tokens != KvConfig::kAuto && c.kv.tokens < c.kv.block_size)
+    fail(ErrorCode::invalid_argument, "kv.tokens must hold at least one block");
   if (c.drafter.gamma < 0 || c.drafter.gamma > c.drafter.max_gamma)
     fail(ErrorCode::invalid_argument, "slots.drafter.gamma must be in [0, {}]", c.drafter.max_gamma);
-  if (c.device != "cpu")
-    fail(ErrorCode::unsupported, "device '{}': this build runs on the CPU only", c.device);
+  const Device device = Device::parse(c.device);
+  const bool on_device = device.kind != DeviceKind::cpu;
+  if (on_device && c.slots.kv_write != "direct")
+    fail(ErrorCode::unsupported,
+         "slots.kv_write: plugin '{}' stages K/V rows in host memory; on {} the K/V stay in the device pool, so only "
+         "the direct strategy runs there",
+         c.slots.kv_write, device.to_string());
+  // A device forward takes a bounded number of tokens: a round's verify windows (every
+  // sequence's gamma + 1, plus a recomputed token) and a prefill chunk must fit.
+  ModelOptions model_options{.device = device,
+                             .max_forward_tokens = std::min(
+                                 1024, std::max(c.scheduler.prefill_chunk,
+                                                c.scheduler.max_batch * (c.drafter.max_gamma + 2)))};
+  if (on_device && c.scheduler.max_batch * (c.drafter.max_gamma + 2) > model_options.max_forward_tokens)
+    fail(ErrorCode::invalid_argument,
+         "scheduler.max_batch {} x (slots.drafter.max_gamma {} + 2) tokens exceed the 1024 a device forward takes",
+         c.scheduler.max_batch, c.drafter.max_gamma);
   const auto target_dir = resolve_model_dir(c.models.target);
-  PipelineParts p{.target = load_transformer(target_dir),
+  std::shared_ptr<ForwardModel> target = open_model(target_dir, model_options);
+  std::unique_ptr<ForwardModel> draft;
+  if (c.drafter.type == DrafterKind::model) {
+    draft = open_model(resolve_model_dir(c.models.draft), model_options);
+    if (draft->config().vocab_size != target->config().vocab_size)
+      fail(ErrorCode::invalid_argument, "draft model {} has a vocabulary of {}, the target {}", c.models.draft,
+           draft->config().vocab_size, target->config().vocab_size);
+  }
+  int32_t blocks = 0;
+  if (c.kv.tokens == KvConfig::kAuto) {
+    std::vector<const ForwardModel*> models{target.get()};
+    if (draft) models.push_back(draft.get());
+    blocks = kv_blocks_for_free_memory(device, models, c.kv.block_size, c.kv.memory_fraction);
+  } else {
+    blocks = static_cast<int32_t>(c.kv.tokens / c.kv.block_size);
+  }
+  target->allocate_kv_pool(blocks, c.kv.block_size);
+  PipelineParts p{.target = target,
                   .kv = nullptr,
                   .sink = nullptr,
                   .planner = nullptr,
@@ -33,9 +67,11 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                   .tokenizer = Tokenizer::from_file(target_dir / "tokenizer.json"),
                   .scheduler = {},
                   .prefill_chunk = c.scheduler.prefill_chunk};
-  const auto blocks = static_cast<int32_t>(c.kv.tokens / c.kv.block_size);
   KvStoreConfig kv_config = p.target->kv_config(blocks, c.kv.block_size);
-  kv_config.prefix_cache = c.kv.prefix_cache;
+  if (on_device && c.kv.prefix_cache)
+    spdlog::info("kv.prefix_cache: off on {} (shared blocks are copied through host tensors a device pool lacks)",
+                 device.to_string());
+  kv_config.prefix_cache = c.kv.prefix_cache && kv_config.host_tensors;
   p.kv = std::make_shared<KvStore>(kv_config);
   // Strategy plugins are loaded and checked before anything runs: a refusal names the
   // file and the reason (pipeline/plugin_library.h).
@@ -57,10 +93,6 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   const DrafterConfig& d = c.drafter;
   switch (d.type) {
     case DrafterKind::model: {
-      auto draft = load_transformer(resolve_model_dir(c.models.draft));
-      if (draft->config().vocab_size != p.target->config().vocab_size)
-        fail(ErrorCode::invalid_argument, "draft model {} has a vocabulary of {}, the target {}", c.models.draft,
-             draft->config().vocab_size, p.target->config().vocab_size);
       max_positions = std::min(max_positions, draft->config().max_position_embeddings);
       p.drafter = std::make_shared<ModelDrafter>(std::move(draft), blocks, c.kv.block_size, c.scheduler.prefill_chunk);
       break;
@@ -83,8 +115,8 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   s.max_positions = max_positions;
   s.eos_ids = p.target->config().eos_token_ids;
   s.speculative = d.type != DrafterKind::none;
-  spdlog::info("pipeline: target {} ({} layers), drafter {}, gamma {}, KV {} blocks x {}", target_dir.string(),
-               p.target->config().num_layers, to_string(d.type), d.gamma, blocks, c.kv.block_size);
+  spdlog::info("pipeline: target {} ({} layers) on {}, drafter {}, gamma {}, KV {} blocks x {}", target_dir.string(),
+               p.target->config().num_layers, device.to_string(), to_string(d.type), d.gamma, blocks, c.kv.block_size);
   return p;
 }
 

@@ -12,7 +12,7 @@
 #include "kvstore/kv_store.h"
 #include "kvstore/kv_write_sink.h"
 #include "model/tokenizer/tokenizer.h"
-#include "model/transformer.h"
+#include "model/forward_model.h"
 #include "pipeline/drafter.h"
 #include "pipeline/pipeline_config.h"
 #include "pipeline/verify_planner.h"
@@ -21,7 +21,7 @@ namespace specpipe::actors {
 
 /// What the actors own, loaded and ready.
 struct PipelineParts {
-  std::shared_ptr<Transformer> target;
+  std::shared_ptr<ForwardModel> target;     ///< on the configured device
   std::shared_ptr<KvStore> kv;
   std::shared_ptr<KvWriteSink> sink;          ///< slot kv_write
   std::shared_ptr<VerifyPlanner> planner;     ///< slot verify_plan
@@ -31,8 +31,9 @@ struct PipelineParts {
   int32_t prefill_chunk = 256;
 };
 
-/// Loads models and tokenizer and sizes the stores. Throws specpipe::Error naming the
-/// file or option at fault.
+/// Loads models and tokenizer on the configured device and sizes the stores (kv.tokens,
+/// or on a device `auto`: kv.memory_fraction of the memory the weights left free).
+/// Throws specpipe::Error naming the file or option at fault.
 PipelineParts load_pipeline(const PipelineConfig& config);
 
 /// Spawns scheduler, draft, kv-router and verifier actors in `system`, wired together.

@@ -61,7 +61,8 @@ void verify(VerifierState& st, RoundBatch& b) {
     b.times.verify_ms += clock.elapsed_ms();
     return;
   }
-  // The draft distributions were produced on the draft actor's stream.
+  // The draft distributions were produced on the draft actor's stream; they are read
+  // here on the host (a host consumer waits for the producer's event).
   const TensorView q = b.q.empty() ? TensorView{} : b.q.acquire(Stream{});
   for (size_t w = 0; w < owner.size(); ++w) {
     RoundItem& it = b.items[owner[w]];

@@ -11,13 +11,13 @@
 #include "actors/interfaces.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/kv_write_sink.h"
-#include "model/transformer.h"
+#include "model/forward_model.h"
 
 namespace specpipe::actors {
 
 struct VerifierDeps {
   std::shared_ptr<const Peers> peers;
-  std::shared_ptr<Transformer> target;
+  std::shared_ptr<ForwardModel> target;
   std::shared_ptr<const KvStore> kv;      ///< owned by the kv-router; read here
   std::shared_ptr<KvWriteSink> sink;      ///< the kv-router's interception point
   int32_t prefill_chunk = 256;

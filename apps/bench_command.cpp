@@ -138,8 +138,9 @@ int run_bench(const BenchOptions& o) {
     for (int32_t g : o.gammas) add_spec(ngram_cfg, "ngram", g);
   }
 
-  std::printf("%zu prompts, %lld tokens each run, median of %d runs, batch 1, greedy, %d kernel threads\n\n",
-              prompts.size(), static_cast<long long>(plain.stats.generated), o.repeat, cpu::num_threads());
+  std::printf("%zu prompts, %lld tokens each run, median of %d runs, batch 1, greedy, device %s, %d kernel threads\n\n",
+              prompts.size(), static_cast<long long>(plain.stats.generated), o.repeat, plain_cfg.device.c_str(),
+              cpu::num_threads());
   std::printf("%-12s %5s %9s %8s %9s %10s %10s %9s %10s %9s\n", "drafter", "gamma", "tok/s", "speedup", "predicted",
               "achv/pred", "accept %", "tok/step", "identical", "draft ms");
   nlohmann::json out = nlohmann::json::array();
@@ -155,7 +156,8 @@ int run_bench(const BenchOptions& o) {
                    {"accepted_hist", s.accepted_hist}, {"draft_ms", s.draft_ms}, {"verify_ms", s.verify_ms},
                    {"commit_ms", s.commit_ms}, {"messaging_ms", s.messaging_ms}, {"identical_to_plain", r.identical}});
   }
-  const nlohmann::json doc = {{"prompts", o.prompts}, {"repeat", o.repeat}, {"threads", cpu::num_threads()},
+  const nlohmann::json doc = {{"prompts", o.prompts}, {"repeat", o.repeat}, {"device", plain_cfg.device},
+                              {"threads", cpu::num_threads()},
                               {"plain_step_ms", t_step}, {"results", out}, {"wall_s", total.elapsed_ms() / 1000}};
   if (!o.json_out.empty()) {
     std::ofstream(o.json_out) << doc.dump(2) << "\n";

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/device.h"
 #include "core/logging.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -29,8 +30,26 @@ void PipelineOptions::add_to(CLI::App& cmd) {
       [](const PipelineOptions& o, PipelineConfig& c) { c.drafter.ngram.max_ngram = o.defaults_.drafter.ngram.max_ngram; });
   add(cmd.add_option("--ngram-min", d.drafter.ngram.min_ngram, "shortest n-gram the ngram drafter matches")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.drafter.ngram.min_ngram = o.defaults_.drafter.ngram.min_ngram; });
-  add(cmd.add_option("--kv-tokens", d.kv.tokens, "KV capacity in tokens (target; the draft's is as large)")->check(CLI::PositiveNumber),
-      [](const PipelineOptions& o, PipelineConfig& c) { c.kv.tokens = o.defaults_.kv.tokens; });
+  add(cmd.add_option("--device", device_, "where the models run: cpu or cuda:N (CUDA builds)")
+          ->check([](const std::string& text) {
+            try {
+              Device::parse(text);
+              return std::string();
+            } catch (const std::exception& e) {
+              return std::string(e.what());
+            }
+          }),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.device = Device::parse(o.device_).to_string(); });
+  add(cmd.add_option("--kv-tokens", kv_tokens_,
+                     "KV capacity in tokens (target; the draft's is as large), or auto on a device: "
+                     "--kv-memory-fraction of the memory the weights left free")
+          ->check(CLI::PositiveNumber | CLI::IsMember({"auto"})),
+      [](const PipelineOptions& o, PipelineConfig& c) {
+        c.kv.tokens = o.kv_tokens_ == "auto" ? KvConfig::kAuto : std::stoll(o.kv_tokens_);
+      });
+  add(cmd.add_option("--kv-memory-fraction", d.kv.memory_fraction, "share of the free device memory kv-tokens auto takes")
+          ->check(CLI::Range(0.01, 1.0)),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.kv.memory_fraction = o.defaults_.kv.memory_fraction; });
   add(cmd.add_option("--block-size", d.kv.block_size, "tokens per KV block")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.kv.block_size = o.defaults_.kv.block_size; });
   add(cmd.add_option("--prefill-chunk", d.scheduler.prefill_chunk, "prompt tokens per prefill window")->check(CLI::PositiveNumber),
@@ -64,9 +83,10 @@ std::string format_summary(const actors::Completion& c, const PipelineConfig& co
   const std::string mode =
       spec ? fmt::format("speculative ({}, gamma {})", to_string(config.drafter.type), config.drafter.gamma) : "plain";
   std::string out = fmt::format(
-      "prompt tokens: {} | generated: {} ({}) | prefill: {:.1f} ms | decode: {:.1f} tok/s | threads: {} | mode: {}\n",
+      "prompt tokens: {} | generated: {} ({}) | prefill: {:.1f} ms | decode: {:.1f} tok/s | {} | mode: {}\n",
       s.prompt_tokens, c.tokens.size(), to_string(c.reason), s.prefill_ms,
-      decode_s > 0 ? static_cast<double>(s.generated) / decode_s : 0.0, cpu::num_threads(), mode);
+      decode_s > 0 ? static_cast<double>(s.generated) / decode_s : 0.0,
+      config.device == "cpu" ? fmt::format("threads: {}", cpu::num_threads()) : "device: " + config.device, mode);
   if (spec) {
     std::string hist;
     for (size_t k = 0; k < s.accepted_hist.size(); ++k) hist += fmt::format("{}{}:{}", k ? " " : "", k, s.accepted_hist[k]);

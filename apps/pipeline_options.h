@@ -21,6 +21,8 @@ class PipelineOptions {
   std::string config_file_;
   PipelineConfig defaults_;  // holds the option values; only given ones are applied
   std::string drafter_ = "model";
+  std::string device_ = "cpu";
+  std::string kv_tokens_ = "16384";
   bool no_spec_ = false;
   std::vector<std::pair<CLI::Option*, void (*)(const PipelineOptions&, PipelineConfig&)>> overrides_;
 };

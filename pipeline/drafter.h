@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "kernels/cpu/sampling.h"
 #include "kvstore/kv_store.h"
 #include "pipeline/rng.h"
@@ -48,6 +49,9 @@ class Drafter {
   virtual void finish(RequestId request) = 0;
   /// The drafter's own KV store, if it has one.
   virtual std::optional<KvOccupancy> kv_occupancy() const { return std::nullopt; }
+  /// The stream the drafter's device work runs on (the draft actor records the round's
+  /// event on it). Host drafters: the CPU stream.
+  virtual Stream stream() const { return Stream{}; }
 };
 
 }  // namespace specpipe

@@ -8,17 +8,19 @@
 
 namespace specpipe {
 namespace {
-KvStoreConfig draft_kv_config(const Transformer& m, int32_t blocks, int32_t block_size) {
+KvStoreConfig draft_kv_config(ForwardModel& m, int32_t blocks, int32_t block_size) {
+  m.allocate_kv_pool(blocks, block_size);
   KvStoreConfig c = m.kv_config(blocks, block_size);
   c.prefix_cache = false;
   return c;
 }
 }  // namespace
 
-ModelDrafter::ModelDrafter(std::unique_ptr<Transformer> model, int32_t kv_blocks, int32_t block_size,
+ModelDrafter::ModelDrafter(std::unique_ptr<ForwardModel> model, int32_t kv_blocks, int32_t block_size,
                            int32_t prefill_chunk)
     : model_(std::move(model)),
       kv_(draft_kv_config(*model_, kv_blocks, block_size)),
+      writer_(kv_),
       prefill_chunk_(prefill_chunk) {}
 
 ModelDrafter::Sequence& ModelDrafter::at(RequestId request) {
@@ -53,8 +55,12 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
     seqs.push_back(&s);
     max_gamma = std::max(max_gamma, item.gamma);
   }
-  DirectKvWriter writer(kv_);
   std::vector<ForwardWindow> windows;
+  // A catch-up longer than this is prefilled on its own first, so that one step's
+  // windows stay within the model's tokens per forward.
+  const auto batch_feed =
+      static_cast<size_t>(std::max<int32_t>(2, std::min<int32_t>(prefill_chunk_, model_->max_forward_tokens() /
+                                                                                      static_cast<int32_t>(std::max<size_t>(items.size(), 1)))));
   std::vector<size_t> owner;
   std::vector<int32_t> last_token(items.size());
   for (int32_t step = 0; step < max_gamma; ++step) {
@@ -65,7 +71,7 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
       Sequence& s = *seqs[i];
       // Step 0 feeds what the draft KV has not seen; later steps the previous draft.
       std::span<const int32_t> feed = step == 0 ? catch_up(s) : std::span<const int32_t>(&last_token[i], 1);
-      if (feed.size() > static_cast<size_t>(prefill_chunk_)) {
+      if (feed.size() > batch_feed) {
         // A long catch-up (the prompt, at the first proposal): chunked prefill of all
         // but the last token, which joins the batched window. Batch invariance makes
         // this the same as feeding it all at once.
@@ -77,7 +83,7 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
       owner.push_back(i);
     }
     if (windows.empty()) break;
-    model_->forward(windows, kv_, writer, logits_);
+    model_->forward(windows, kv_, writer_, logits_);
     for (size_t w = 0; w < windows.size(); ++w) {
       const size_t i = owner[w];
       kv_.commit(windows[w].seq, windows[w].tokens);

@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "kvstore/kv_store.h"
-#include "model/transformer.h"
+#include "model/forward_model.h"
 #include "pipeline/drafter.h"
 
 namespace specpipe {
@@ -18,8 +18,8 @@ namespace specpipe {
 class ModelDrafter final : public Drafter {
  public:
   /// The draft KV store gets `kv_blocks` blocks of `block_size` tokens (no prefix cache:
-  /// it holds unverified drafts).
-  ModelDrafter(std::unique_ptr<Transformer> model, int32_t kv_blocks, int32_t block_size,
+  /// it holds unverified drafts); a device model's pool is allocated here.
+  ModelDrafter(std::unique_ptr<ForwardModel> model, int32_t kv_blocks, int32_t block_size,
                int32_t prefill_chunk);
 
   std::string name() const override { return "draft-model"; }
@@ -27,9 +27,10 @@ class ModelDrafter final : public Drafter {
   void propose(std::span<const DraftItem> items, std::vector<Proposal>& out) override;
   void finish(RequestId request) override;
   std::optional<KvOccupancy> kv_occupancy() const override { return kv_.occupancy(); }
+  Stream stream() const override { return model_->stream(); }
 
   const KvStore& kv() const { return kv_; }
-  const Transformer& model() const { return *model_; }
+  const ForwardModel& model() const { return *model_; }
 
  private:
   struct Sequence {
@@ -40,8 +41,9 @@ class ModelDrafter final : public Drafter {
   /// Trims the draft KV to its common prefix with the context; returns the tokens to feed.
   std::span<const int32_t> catch_up(Sequence& s);
 
-  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<ForwardModel> model_;
   KvStore kv_;
+  DirectKvWriter writer_;
   int32_t prefill_chunk_;
   std::map<RequestId, Sequence> sequences_;
   Logits logits_;

@@ -23,9 +23,13 @@ struct ModelsConfig {
 };
 
 struct KvConfig {
-  int64_t tokens = 16384;   ///< target KV capacity in tokens (the draft model's is as large)
+  static constexpr int64_t kAuto = 0;  ///< `tokens: auto`
+  /// Target KV capacity in tokens (the draft model's is as large); kAuto (devices only):
+  /// memory_fraction of the device memory the weights left free.
+  int64_t tokens = 16384;
   int32_t block_size = 16;  ///< tokens per block
-  bool prefix_cache = true;
+  bool prefix_cache = true; ///< CPU only: a device pool keeps no host copy to share blocks from
+  float memory_fraction = 0.9f;
 };
 
 struct DrafterConfig {

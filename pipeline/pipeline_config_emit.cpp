@@ -58,9 +58,11 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   top.word("device", c.device);
   top.put("threads", c.threads);
   MapWriter kv = top.begin("kv");
-  kv.put("tokens", c.kv.tokens);
+  if (c.kv.tokens == KvConfig::kAuto) kv.put("tokens", std::string("auto"));
+  else kv.put("tokens", c.kv.tokens);
   kv.put("block_size", c.kv.block_size);
   kv.put("prefix_cache", c.kv.prefix_cache);
+  kv.put("memory_fraction", c.kv.memory_fraction);
   kv.end();
   MapWriter slots = top.begin("slots");
   MapWriter drafter = slots.begin("drafter");

@@ -6,14 +6,14 @@
 #include <span>
 
 #include "kvstore/kv_store.h"
-#include "model/transformer.h"
+#include "model/forward_model.h"
 #include "pipeline/generation.h"
 
 namespace specpipe {
 
 class PlainGenerator {
  public:
-  PlainGenerator(Transformer& model, KvStore& kv, int32_t prefill_chunk = 256)
+  PlainGenerator(ForwardModel& model, KvStore& kv, int32_t prefill_chunk = 256)
       : model_(model), kv_(kv), prefill_chunk_(prefill_chunk) {}
 
   /// Generates up to params.max_tokens tokens after `prompt`; `on_token` sees each token
@@ -22,7 +22,7 @@ class PlainGenerator {
                             const std::function<void(int32_t)>& on_token = {});
 
  private:
-  Transformer& model_;
+  ForwardModel& model_;
   KvStore& kv_;
   int32_t prefill_chunk_;
 };

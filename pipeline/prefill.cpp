@@ -6,7 +6,7 @@
 
 namespace specpipe {
 
-void check_fits(const Transformer& model, const KvStore& kv, int64_t tokens) {
+void check_fits(const ForwardModel& model, const KvStore& kv, int64_t tokens) {
   const int64_t positions = model.config().max_position_embeddings;
   if (tokens > positions)
     fail(ErrorCode::out_of_capacity, "prompt of {} tokens is longer than the model's {} positions",
@@ -17,7 +17,7 @@ void check_fits(const Transformer& model, const KvStore& kv, int64_t tokens) {
          kv.capacity_tokens(), kv.total_blocks(), kv.config().block_size);
 }
 
-void prefill(Transformer& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
+void prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
              int32_t chunk, Logits& last_logits) {
   if (tokens.empty()) fail(ErrorCode::invalid_argument, "prefill: no tokens to compute");
   if (chunk <= 0) fail(ErrorCode::invalid_argument, "prefill: chunk size must be positive");
@@ -33,12 +33,15 @@ void prefill(Transformer& model, KvStore& kv, SeqId seq, std::span<const int32_t
 
 namespace specpipe {
 
-void prefill_windows(Transformer& model, const KvStore& kv, KvWriteSink& sink,
+void prefill_windows(ForwardModel& model, const KvStore& kv, KvWriteSink& sink,
                      std::span<const PrefillItem> items, int32_t chunk, Logits& last_logits) {
   if (chunk <= 0) fail(ErrorCode::invalid_argument, "prefill: chunk size must be positive");
   // Each pass takes the next chunk of every sequence that still has tokens, so all of
-  // them advance together (one varlen forward per pass); a sequence's last chunk asks for
-  // its last-position logits, which are gathered per item.
+  // them advance together (one varlen forward per pass), up to the model's tokens per
+  // forward; a sequence's last chunk asks for its last-position logits, which are
+  // gathered per item.
+  const auto budget = static_cast<size_t>(model.max_forward_tokens());
+  chunk = std::min(chunk, model.max_forward_tokens());
   std::vector<size_t> done(items.size(), 0);
   std::vector<std::vector<float>> last(items.size());
   std::vector<ForwardWindow> windows;
@@ -47,10 +50,13 @@ void prefill_windows(Transformer& model, const KvStore& kv, KvWriteSink& sink,
   for (;;) {
     windows.clear();
     owner.clear();
+    size_t used = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       const auto& tokens = items[i].tokens;
       if (done[i] >= tokens.size()) continue;
-      const size_t n = std::min(tokens.size() - done[i], static_cast<size_t>(chunk));
+      const size_t n = std::min({tokens.size() - done[i], static_cast<size_t>(chunk), budget - used});
+      if (n == 0) break;  // this forward is full; the rest go in the next pass
+      used += n;
       const bool final_chunk = done[i] + n == tokens.size();
       windows.push_back({items[i].seq, tokens.subspan(done[i], n),
                          final_chunk ? LogitsMode::last : LogitsMode::none,

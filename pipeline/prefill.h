@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "kvstore/kv_store.h"
-#include "model/transformer.h"
+#include "model/forward_model.h"
 
 namespace specpipe {
 
 /// Prefills `tokens` (the prompt minus what is already committed in `seq`). Throws
 /// Error(out_of_capacity) before any work if the KV store cannot hold them.
-void prefill(Transformer& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
+void prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
              int32_t chunk, Logits& last_logits);
 
 /// One sequence's uncomputed prompt tokens, for prefill_windows().
@@ -29,11 +29,11 @@ struct PrefillItem {
 /// [length, length + n) of each sequence, which must be reserved. Commits nothing: the
 /// caller (the KV-router) commits afterwards. `last_logits` receives one row per item:
 /// the logits after its last token. Items must have at least one token.
-void prefill_windows(Transformer& model, const KvStore& kv, KvWriteSink& sink,
+void prefill_windows(ForwardModel& model, const KvStore& kv, KvWriteSink& sink,
                      std::span<const PrefillItem> items, int32_t chunk, Logits& last_logits);
 
 /// Throws Error(out_of_capacity) with a clear message when `tokens` can never fit in the
 /// KV store or the model's positions, whatever else is running.
-void check_fits(const Transformer& model, const KvStore& kv, int64_t tokens);
+void check_fits(const ForwardModel& model, const KvStore& kv, int64_t tokens);
 
 }  // namespace specpipe

@@ -115,6 +115,9 @@ const BadConfig kBadConfigs[] = {
   {"MinNAboveMaxN", "slots: {drafter: {ngram: {max_n: 2, min_n: 3}}}", "slots.drafter.ngram.min_n",
    "3 is greater than max_n (2)"},
   {"KvSmallerThanABlock", "kv: {tokens: 8}", "kv.tokens", "8 is less than kv.block_size (16)"},
+  {"KvTokensNotAuto", "kv: {tokens: automatic}", "kv.tokens", "expected an integer, got \"automatic\""},
+  {"KvMemoryFractionZero", "kv: {memory_fraction: 0}", "kv.memory_fraction", "0 is out of range (0, 1]"},
+  {"KvMemoryFractionAboveOne", "kv: {memory_fraction: 1.5}", "kv.memory_fraction", "out of range (0, 1]"},
   // Not finite.
   {"NaN", "defaults: {temperature: .nan}", "defaults.temperature", ".nan is not a finite number"},
   {"NaNCapitalised", "defaults: {top_p: .NaN}", "defaults.top_p", ".NaN is not a finite number"},

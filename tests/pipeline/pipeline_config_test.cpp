@@ -117,6 +117,14 @@ TEST(PipelineConfig, DeviceCudaMeansTheFirstGpu) {
   EXPECT_EQ(parse_pipeline_config("device: cuda", "d.yaml").device, "cuda:0");
 }
 
+TEST(PipelineConfig, KvTokensAutoSurvivesTheRoundTrip) {
+  const PipelineConfig c =
+      parse_pipeline_config("device: cuda:1\nkv: {tokens: auto, memory_fraction: 0.5}", "auto.yaml");
+  EXPECT_EQ(c.kv.tokens, KvConfig::kAuto);
+  EXPECT_EQ(c.kv.memory_fraction, 0.5f);
+  expect_same(parse_pipeline_config(pipeline_config_to_yaml(c), "emitted.yaml"), c);
+}
+
 TEST(PipelineConfig, RelativeModelDirectoriesResolveAgainstTheFile) {
   const fs::path dir = test::scratch_dir("config-paths");
   fs::create_directories(dir / "configs" / "my-target");

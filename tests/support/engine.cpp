@@ -2,6 +2,8 @@
 
 #include "tests/support/test_paths.h"
 
+#include <cstdlib>
+
 namespace specpipe::test {
 
 PipelineConfig demo_engine_config(int32_t gamma, int32_t block_size) {
@@ -11,6 +13,8 @@ PipelineConfig demo_engine_config(int32_t gamma, int32_t block_size) {
   c.drafter.gamma = gamma;
   c.kv.block_size = block_size;
   c.kv.tokens = 32768;
+  // The GPU machine runs the same engine suites on its device (tools/gpu/engine_check.sh).
+  if (const char* device = std::getenv("SPECPIPE_TEST_DEVICE"); device && *device) c.device = device;
   return c;
 }
 

@@ -1,5 +1,7 @@
 #include "tests/support/test_paths.h"
 
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include <atomic>
@@ -7,7 +9,11 @@
 
 namespace specpipe::test {
 
-std::filesystem::path source_dir() { return SPECPIPE_SOURCE_DIR; }
+// $SPECPIPE_SOURCE_DIR: the checkout when the test binaries run elsewhere (a GPU bundle).
+std::filesystem::path source_dir() {
+  const char* env = std::getenv("SPECPIPE_SOURCE_DIR");
+  return env && *env ? env : SPECPIPE_SOURCE_DIR;
+}
 std::filesystem::path model_dir(const char* name) { return source_dir() / "models" / name; }
 std::filesystem::path data_path(const char* name) { return source_dir() / "tests" / "data" / name; }
 

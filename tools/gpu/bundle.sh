@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Builds the GPU tools here and packs them for the GPU machine:
-#   gpu-bundle/bin/  the executables (specpipe_cuda_check, specpipe_gpu_generate)
-#   gpu-bundle/lib/  the non-system shared libraries they need (fmt, ...), from ldd
+#   gpu-bundle/bin/  the executables, stripped: the GPU tools (specpipe_cuda_check,
+#                    specpipe_gpu_generate), the `specpipe` command and the engine suites
+#                    engine_check.sh runs on the device
+#   gpu-bundle/lib/  the non-system shared libraries they need (fmt, CAF, ...), from ldd
+#   gpu-bundle.tar.xz  all of it compressed: what travels (the tree sent to the GPU
+#                    machine is capped at 64 MiB and the models take 45); bundle_env.sh
+#                    unpacks it there
 # Left out: what every Linux has (libc, libm, libstdc++, libgcc_s, ld-linux, ...) and
 # what the GPU machine's CUDA 13 provides (libcuda, libcudart, libcublas*, libnvidia*).
 # Then, on the GPU machine, from the repository root: bash tools/gpu/check.sh (kernels)
@@ -14,7 +19,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${SPECPIPE_GPU_BUILD:-$root/build-gpu}"
 bundle="$root/gpu-bundle"
 jobs="${SPECPIPE_JOBS:-1}"
-tools=(specpipe_cuda_check specpipe_gpu_generate)
+tools=(specpipe_cuda_check specpipe_gpu_generate specpipe speculative_golden_test concurrent_requests_test
+       speculative_property_test)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECPIPE_CUDA=ON \
   -DSPECPIPE_BUILD_BENCH=OFF >/dev/null
@@ -26,12 +32,14 @@ system_lib='^(linux-vdso|libc\.|libm\.|libstdc\+\+|libgcc_s|ld-linux|libdl\.|lib
 for t in "${tools[@]}"; do
   exe="$(find "$build" -type f -name "$t" -perm -u+x | head -n1)"
   [[ -n "$exe" ]] || { echo "bundle: $t was not built" >&2; exit 1; }
-  cp "$exe" "$bundle/bin/"
+  strip -s -o "$bundle/bin/$t" "$exe"
   # "libfmt.so.9 => /lib/x86_64-linux-gnu/libfmt.so.9 (0x...)": keep name and path.
   ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
     if [[ ! "$name" =~ $system_lib ]]; then cp -L "$path" "$bundle/lib/$name"; fi
   done
 done
 git -C "$root" rev-parse --short HEAD >"$bundle/COMMIT" 2>/dev/null || true
-echo "bundle: $(du -sh "$bundle" | cut -f1) in $bundle"
+rm -f "$bundle.tar.xz"
+tar -C "$root" -cJf "$bundle.tar.xz" gpu-bundle
+echo "bundle: $(du -sh "$bundle" | cut -f1) in $bundle, $(du -sh "$bundle.tar.xz" | cut -f1) packed"
 ls -l "$bundle/bin" "$bundle/lib"

@@ -6,6 +6,8 @@
 gpu_bundle_env() {
   bundle="gpu-bundle"
   out="${OUT:-gpu-out}"
+  # What travels is the packed bundle; unpack it once.
+  if [[ -f "$bundle.tar.xz" && ! -d "$bundle/bin" ]]; then tar -xJf "$bundle.tar.xz"; fi
   mkdir -p "$out"
   exe="$bundle/bin/$1"
   [[ -x "$exe" ]] || { echo "$2: $exe missing; run tools/gpu/bundle.sh first" >&2; exit 2; }
