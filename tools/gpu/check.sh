@@ -32,8 +32,8 @@ if [[ -n "$sanitizer" ]]; then
   # memcheck: every group. racecheck (shared-memory hazards) is slow; it skips the cuBLASLt
   # GEMMs, which are not ours, and runs our kernels only.
   for tool in memcheck racecheck; do
-    groups="elementwise,kv,attention,gemm"
-    [[ $tool == racecheck ]] && groups="elementwise,kv,attention"
+    groups="elementwise,kv,attention,gemm,sampling"
+    [[ $tool == racecheck ]] && groups="elementwise,kv,attention,sampling"
     timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 3 --log-file "$out/$tool.log" \
       "$exe" --no-timing --groups "$groups" >"$out/$tool.json" 2>&1
     rc=$?

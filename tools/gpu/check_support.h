@@ -117,5 +117,6 @@ void check_elementwise(Report& report, cudaStream_t stream, const Options& optio
 void check_kv(Report& report, cudaStream_t stream);
 void check_attention(Report& report, cudaStream_t stream, const Options& options);
 void check_gemm(Report& report, cudaStream_t stream, const Options& options);
+void check_sampling(Report& report, cudaStream_t stream, const Options& options);
 
 }  // namespace specpipe::gpu_check

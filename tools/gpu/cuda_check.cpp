@@ -1,7 +1,7 @@
 // specpipe_cuda_check: every CUDA kernel against its CPU reference on seeded random
 // inputs, the batch invariance of the GEMMs and of attention, and (unless --no-timing)
 // kernel timings at Llama-3-8B shapes. Prints one JSON object; exit 1 on any failure.
-// --groups a,b runs only those check groups (elementwise, kv, attention, gemm).
+// --groups a,b runs only those check groups (elementwise, kv, attention, gemm, sampling).
 //
 // Runs on the GPU machine from the bundle (tools/gpu/bundle.sh, tools/gpu/check.sh).
 #include <cstdio>
@@ -16,14 +16,14 @@ using namespace specpipe::gpu_check;
 
 int main(int argc, char** argv) {
   Options options;
-  std::string groups = "elementwise,kv,attention,gemm";
+  std::string groups = "elementwise,kv,attention,gemm,sampling";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-timing") == 0) {
       options.timing = false;
     } else if (std::strcmp(argv[i], "--groups") == 0 && i + 1 < argc) {
       groups = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--no-timing] [--groups elementwise,kv,attention,gemm]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--no-timing] [--groups elementwise,kv,attention,gemm,sampling]\n", argv[0]);
       return 2;
     }
   }
@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
     if (wanted("kv")) run("kv", [&] { check_kv(report, stream); });
     if (wanted("attention")) run("attention", [&] { check_attention(report, stream, options); });
     if (wanted("gemm")) run("gemm", [&] { check_gemm(report, stream, options); });
+    if (wanted("sampling")) run("sampling", [&] { check_sampling(report, stream, options); });
     if (stream) cudaStreamDestroy(stream);
   }
   std::cout << report.to_json().dump(2) << std::endl;
