@@ -37,8 +37,11 @@ TEST_P(SpeculativeGolden, AcceptedPerRoundAndOutputMatchReference) {
     const actors::Completion got = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 96));
     ASSERT_EQ(got.reason, FinishReason::length) << got.error;
     EXPECT_EQ(got.tokens, want_tokens) << "case " << index;
-    if (!on_gpu()) EXPECT_EQ(got.stats.accepted_per_round, want_rounds) << "case " << index;
-    else if (got.stats.accepted_per_round != want_rounds) ++cases_with_other_rounds;
+    if (!on_gpu()) {
+      EXPECT_EQ(got.stats.accepted_per_round, want_rounds) << "case " << index;
+    } else if (got.stats.accepted_per_round != want_rounds) {
+      ++cases_with_other_rounds;
+    }
     accepted += static_cast<double>(got.stats.accepted);
     rounds += static_cast<double>(got.stats.rounds);
     ++index;
@@ -63,8 +66,9 @@ TEST(SpeculativeGoldenLong, LongPromptsGamma4) {
   for (const auto& c : test::golden_long()["cases"]) {
     const actors::Completion got = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 64));
     EXPECT_EQ(got.tokens, test::ids(c["target_greedy_64"]));
-    if (!on_gpu())
+    if (!on_gpu()) {
       EXPECT_EQ(got.stats.accepted_per_round, c["spec"]["4"]["accepted_per_round"].get<std::vector<int32_t>>());
+    }
   }
 }
 
