@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionShap
   } else {
     // The same per-key arithmetic, a warp taking kKeys keys at a time: their loads are
     // issued together and their butterflies interleave (latency, not order, changes).
-    constexpr int kKeys = 4;
+    constexpr int kKeys = 8;
     for (int base = warp; base < C; base += kKeys * kWarps) {
       float kreg[kKeys][kDimPerLane];
 #pragma unroll
@@ -160,6 +160,9 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionShap
     float acc[kMaxGroup];
 #pragma unroll
     for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
+    // Unrolled so that several keys' value loads are in flight at once (the chain was
+    // waiting on one load per step); each chain's additions keep their order.
+#pragma unroll 16
     for (int jl = 0; jl < count; ++jl) {
       const float vv = vrow[jl][d];
 #pragma unroll
@@ -199,6 +202,8 @@ __global__ void __launch_bounds__(kThreads) attention_combine_kernel(AttentionSh
   const int64_t out_off = int64_t{row} * b.ld_out + int64_t{h} * hd;
   for (int d = threadIdx.x; d < hd; d += kThreads) {
     float acc = 0.0f;
+    // Unrolled for loads in flight; the additions keep their order.
+#pragma unroll 8
     for (int32_t c = 0; c < chunks; ++c) acc += expf(ws[c * ws_stride] - m) * ws[c * ws_stride + 2 + d];
     if (outb) outb[out_off + d] = f32_to_bf16_rne(acc / sum);
     else b.out[out_off + d] = acc / sum;
