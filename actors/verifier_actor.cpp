@@ -46,7 +46,8 @@ void verify(VerifierState& st, RoundBatch& b) {
     RoundItem& it = b.items[i];
     if (!it.error.empty()) continue;
     st.window_tokens[i] = it.window();
-    st.windows.push_back({it.seq, st.window_tokens[i], LogitsMode::all});
+    // Greedy verdicts need each row's argmax only (a device returns just those).
+    st.windows.push_back({it.seq, st.window_tokens[i], LogitsMode::all, -1, it.sampling.temperature == 0.0f});
     placements.push_back({it.seq, st.deps.kv->length(it.seq), static_cast<int32_t>(st.window_tokens[i].size())});
     owner.push_back(i);
   }
@@ -72,7 +73,7 @@ void verify(VerifierState& st, RoundBatch& b) {
     try {
       Verdict v;
       if (it.sampling.temperature == 0.0f) {
-        v = accept_greedy(it.drafts, row);
+        v = accept_greedy_ids(it.drafts, [&](int32_t i) { return st.logits.argmax(w, first + i); }, st.logits.vocab());
       } else {
         st.q_rows.assign(it.drafts.size(), {});
         if (it.q_row >= 0) {

@@ -1,18 +1,30 @@
 #include "model/forward_model.h"
 
 #include "core/error.h"
+#include "kernels/cpu/sampling.h"
 
 namespace specpipe {
 
 std::span<const float> Logits::row(size_t w, int32_t i) const {
   if (w >= rows_.size() || i < 0 || i >= rows_[w])
     fail(ErrorCode::invalid_argument, "logits row {} of window {} was not computed", i, w);
+  if (!ids_.empty())
+    fail(ErrorCode::invalid_argument, "logits row {} of window {}: an ids-only forward returned its argmax alone", i,
+         w);
   return {data_.data() + (first_[w] + i) * vocab_, static_cast<size_t>(vocab_)};
+}
+
+int32_t Logits::argmax(size_t w, int32_t i) const {
+  if (w >= rows_.size() || i < 0 || i >= rows_[w])
+    fail(ErrorCode::invalid_argument, "logits row {} of window {} was not computed", i, w);
+  if (!ids_.empty()) return ids_[static_cast<size_t>(first_[w] + i)];
+  return cpu::argmax(row(w, i));
 }
 
 void Logits::assign(const std::vector<std::vector<float>>& rows) {
   vocab_ = rows.empty() ? 0 : static_cast<int32_t>(rows.front().size());
   data_.clear();
+  ids_.clear();
   first_.clear();
   rows_.clear();
   for (const auto& r : rows) {
@@ -23,7 +35,7 @@ void Logits::assign(const std::vector<std::vector<float>>& rows) {
   }
 }
 
-std::span<float> Logits::prepare(int32_t vocab, std::span<const int32_t> rows_per_window) {
+void Logits::layout(int32_t vocab, std::span<const int32_t> rows_per_window) {
   vocab_ = vocab;
   first_.clear();
   rows_.assign(rows_per_window.begin(), rows_per_window.end());
@@ -32,8 +44,22 @@ std::span<float> Logits::prepare(int32_t vocab, std::span<const int32_t> rows_pe
     first_.push_back(total);
     total += r;
   }
+}
+
+std::span<float> Logits::prepare(int32_t vocab, std::span<const int32_t> rows_per_window) {
+  layout(vocab, rows_per_window);
+  ids_.clear();
+  const int64_t total = first_.empty() ? 0 : first_.back() + rows_.back();
   data_.resize(static_cast<size_t>(total * vocab));
   return data_;
+}
+
+std::span<int32_t> Logits::prepare_ids(int32_t vocab, std::span<const int32_t> rows_per_window) {
+  layout(vocab, rows_per_window);
+  data_.clear();
+  const int64_t total = first_.empty() ? 0 : first_.back() + rows_.back();
+  ids_.resize(static_cast<size_t>(total));
+  return ids_;
 }
 
 std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const KvStore& kv,

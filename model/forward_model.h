@@ -33,6 +33,10 @@ struct ForwardWindow {
   /// prefill chunks follow each other before the KV-router commits them: positions
   /// [length, start) must then already hold the earlier chunks' K/V.
   int32_t start = -1;
+  /// Only the argmax of the window's logits rows is needed (greedy decoding). When every
+  /// window of a forward says so, a device backend returns the ids alone and skips the
+  /// copy of the rows (Logits::argmax answers either way; Logits::row then throws).
+  bool ids_only = false;
 };
 
 /// Logits of one forward: rows [vocab] for the positions asked, window by window.
@@ -43,15 +47,25 @@ class Logits {
   std::span<const float> row(size_t w, int32_t i = 0) const;
   int32_t rows(size_t w) const { return rows_[w]; }
   size_t windows() const { return rows_.size(); }
+  /// The argmax of row `i` of window `w` (the lowest id wins a tie, as cpu::argmax): the
+  /// backend's own when it returned ids only, else computed from the row.
+  int32_t argmax(size_t w, int32_t i = 0) const;
+  /// Whether the rows themselves are present (false after an ids-only forward).
+  bool has_rows() const { return ids_.empty(); }
   /// Replaces the contents with one row per window (equal sizes).
   void assign(const std::vector<std::vector<float>>& rows);
   /// For backends: lays out `rows_per_window[w]` rows of `vocab` floats per window and
   /// returns the (uninitialised) storage of all rows, window by window.
   std::span<float> prepare(int32_t vocab, std::span<const int32_t> rows_per_window);
+  /// For backends, ids-only forwards: the same layout, one argmax id per row instead of
+  /// the row; returns the (uninitialised) ids, window by window.
+  std::span<int32_t> prepare_ids(int32_t vocab, std::span<const int32_t> rows_per_window);
 
  private:
+  void layout(int32_t vocab, std::span<const int32_t> rows_per_window);
   int32_t vocab_ = 0;
   std::vector<float> data_;
+  std::vector<int32_t> ids_;  // ids-only forwards: one per row
   std::vector<int64_t> first_;  // first row of each window
   std::vector<int32_t> rows_;   // rows of each window
 };

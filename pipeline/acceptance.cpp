@@ -91,18 +91,25 @@ int32_t draw_residual(std::span<const float> p, std::span<const float> q, int32_
 }  // namespace
 
 Verdict accept_greedy(std::span<const int32_t> drafts, const TargetRows& target_row) {
-  std::span<const float> row = first_row(drafts, target_row);
-  const size_t vocab = row.size();
+  const size_t vocab = first_row(drafts, target_row).size();
+  return accept_greedy_ids(
+      drafts, [&](int32_t i) { return cpu::argmax(row_of(target_row, i, vocab)); }, static_cast<int32_t>(vocab));
+}
+
+Verdict accept_greedy_ids(std::span<const int32_t> drafts, const TargetArgmax& row_argmax, int32_t vocab) {
+  for (size_t i = 0; i < drafts.size(); ++i)
+    if (drafts[i] < 0 || drafts[i] >= vocab)
+      fail(ErrorCode::invalid_argument, "acceptance: draft {} is token {}, outside the vocabulary [0, {})", i,
+           drafts[i], vocab);
   Verdict verdict;
   for (;;) {
-    const int32_t best = cpu::argmax(row);
+    const int32_t best = row_argmax(verdict.accepted);
     const auto k = static_cast<size_t>(verdict.accepted);
     if (k == drafts.size() || best != drafts[k]) {
       verdict.next_token = best;
       return verdict;
     }
     ++verdict.accepted;
-    row = row_of(target_row, verdict.accepted, vocab);
   }
 }
 

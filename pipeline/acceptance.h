@@ -39,6 +39,12 @@ using TargetRows = std::function<std::span<const float>(int32_t)>;
 /// outside [0, vocab).
 Verdict accept_greedy(std::span<const int32_t> drafts, const TargetRows& target_row);
 
+/// The argmax of a window's logits row i (lowest id wins a tie).
+using TargetArgmax = std::function<int32_t(int32_t)>;
+/// accept_greedy from each row's argmax alone (an ids-only forward: the device computed
+/// them): the same verdict. Throws Error(invalid_argument) for a draft outside [0, vocab).
+Verdict accept_greedy_ids(std::span<const int32_t> drafts, const TargetArgmax& row_argmax, int32_t vocab);
+
 /// Lossless speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
 ///
 /// p_i = cpu::sampling_distribution(row i, params), the one shaping rule the drafter also

@@ -79,7 +79,8 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
         feed = feed.last(1);
       }
       kv_.reserve(s.seq, kv_.length(s.seq) + static_cast<int32_t>(feed.size()));
-      windows.push_back({s.seq, feed, LogitsMode::last});
+      const bool greedy = items[i].sampling.temperature == 0.0f;
+      windows.push_back({s.seq, feed, LogitsMode::last, -1, greedy});
       owner.push_back(i);
     }
     if (windows.empty()) break;
@@ -88,7 +89,11 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
       const size_t i = owner[w];
       kv_.commit(windows[w].seq, windows[w].tokens);
       Proposal& p = out[i];
-      const int32_t token = draft_sample(logits_.row(w), items[i].sampling, *items[i].rng, q_scratch_);
+      // Greedy drafts: the argmax (from the device when it ran there), as draft_sample.
+      const bool greedy = items[i].sampling.temperature == 0.0f;
+      if (greedy) q_scratch_.clear();
+      const int32_t token = greedy ? logits_.argmax(w)
+                                   : draft_sample(logits_.row(w), items[i].sampling, *items[i].rng, q_scratch_);
       p.tokens.push_back(token);
       if (!q_scratch_.empty()) p.q.push_back(q_scratch_);
       last_token[i] = token;

@@ -95,17 +95,28 @@ void CudaForwardModel::allocate_kv_pool(int32_t num_blocks, int32_t block_size) 
 
 void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                                Logits& out) {
+  // Greedy-only forwards bring back each row's argmax alone (computed on the device).
+  bool ids_only = true;
+  for (const ForwardWindow& w : windows) ids_only = ids_only && w.ids_only;
+  model_->set_copy_logits(!ids_only);
   model_->forward(windows, kv, logits_);  // checks the windows (window_starts)
   rows_.clear();
   for (size_t w = 0; w < windows.size(); ++w) rows_.push_back(logits_.rows(w));
-  const std::span<float> dst = out.prepare(config().vocab_size, rows_);
-  size_t at = 0;
-  for (size_t w = 0; w < windows.size(); ++w)
-    for (int32_t i = 0; i < rows_[w]; ++i) {
-      const std::span<const float> row = logits_.row(w, i);
-      std::memcpy(dst.data() + at, row.data(), row.size_bytes());
-      at += row.size();
-    }
+  if (ids_only) {
+    const std::span<int32_t> ids = out.prepare_ids(config().vocab_size, rows_);
+    size_t at = 0;
+    for (size_t w = 0; w < windows.size(); ++w)
+      for (int32_t i = 0; i < rows_[w]; ++i) ids[at++] = logits_.argmax(w, i);
+  } else {
+    const std::span<float> dst = out.prepare(config().vocab_size, rows_);
+    size_t at = 0;
+    for (size_t w = 0; w < windows.size(); ++w)
+      for (int32_t i = 0; i < rows_[w]; ++i) {
+        const std::span<const float> row = logits_.row(w, i);
+        std::memcpy(dst.data() + at, row.data(), row.size_bytes());
+        at += row.size();
+      }
+  }
   // The rows are in the device pool already: tell the sink (it counts them).
   written_.clear();
   for (size_t w = 0; w < windows.size(); ++w)

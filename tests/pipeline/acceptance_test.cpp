@@ -7,10 +7,13 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/sampling.h"
+#include "model/forward_model.h"
 #include "pipeline/draft_sampling.h"
 
 namespace specpipe {
@@ -315,6 +318,49 @@ TEST(Acceptance, RejectsMalformedWindows) {
   expect_invalid([&] { accept_sampling({}, empty, {}, params, rng); }, "row 0 is empty");
   // top_k 1 makes p a point mass on the draft, so row 1 is always read.
   expect_invalid([&] { accept_sampling(d1, uneven, q1, {1.0f, 1, 1.0f}, rng); }, "target row 1 has 2 logits");
+}
+
+// Ids-only forwards (a device returns each row's argmax alone): the verdict from the ids
+// equals the verdict from the rows, for every way a window of drafts can end.
+TEST(AcceptGreedyIds, SameVerdictAsFromTheRows) {
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> logit(-2.0f, 2.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t vocab = 5, n = trial % 5;
+    std::vector<std::vector<float>> rows(static_cast<size_t>(n) + 1, std::vector<float>(vocab));
+    for (auto& r : rows)
+      for (float& x : r) x = trial % 7 == 0 ? 0.5f : logit(gen);  // some rows all tied
+    std::vector<int32_t> drafts;
+    for (int32_t i = 0; i < n; ++i)  // mostly the argmax, sometimes not
+      drafts.push_back(gen() % 3 == 0 ? static_cast<int32_t>(gen() % vocab) : cpu::argmax(rows[static_cast<size_t>(i)]));
+    Logits logits;
+    logits.assign(rows);  // one row per "window": window i is row i here
+    const Verdict from_rows = accept_greedy(drafts, [&](int32_t i) { return logits.row(static_cast<size_t>(i)); });
+    const Verdict from_ids =
+        accept_greedy_ids(drafts, [&](int32_t i) { return logits.argmax(static_cast<size_t>(i)); }, vocab);
+    EXPECT_EQ(from_ids.accepted, from_rows.accepted);
+    EXPECT_EQ(from_ids.next_token, from_rows.next_token);
+  }
+  expect_invalid([] { accept_greedy_ids(std::vector<int32_t>{7}, [](int32_t) { return 0; }, 5); },
+                 "outside the vocabulary [0, 5)");
+}
+
+TEST(LogitsIds, AnIdsOnlyForwardAnswersArgmaxAndRefusesRows) {
+  Logits logits;
+  const std::vector<int32_t> rows_per_window{2, 0, 1};
+  const std::span<int32_t> ids = logits.prepare_ids(8, rows_per_window);
+  ASSERT_EQ(ids.size(), 3u);
+  ids[0] = 4, ids[1] = 7, ids[2] = 1;
+  EXPECT_FALSE(logits.has_rows());
+  EXPECT_EQ(logits.argmax(0, 1), 7);
+  EXPECT_EQ(logits.argmax(2, 0), 1);
+  expect_invalid([&] { logits.row(0, 0); }, "ids-only forward");
+  expect_invalid([&] { logits.argmax(1, 0); }, "was not computed");
+  // Rows again: argmax comes from the row.
+  const std::span<float> data = logits.prepare(2, std::vector<int32_t>{1});
+  data[0] = 0.5f, data[1] = 0.75f;
+  EXPECT_TRUE(logits.has_rows());
+  EXPECT_EQ(logits.argmax(0), 1);
 }
 
 }  // namespace
