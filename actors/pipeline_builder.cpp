@@ -33,11 +33,12 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
          c.slots.kv_write, device.to_string());
   // A device forward takes a bounded number of tokens: a round's verify windows (every
   // sequence's gamma + 1, plus a recomputed token) and a prefill chunk must fit.
-  ModelOptions model_options{.device = device,
-                             .max_forward_tokens = std::min(
-                                 1024, std::max(c.scheduler.prefill_chunk,
-                                                c.scheduler.max_batch * (c.drafter.max_gamma + 2)))};
-  if (on_device && c.scheduler.max_batch * (c.drafter.max_gamma + 2) > model_options.max_forward_tokens)
+  constexpr int32_t kDeviceForwardTokens = 1024;
+  const int32_t verify_tokens = c.scheduler.max_batch * (c.drafter.max_gamma + 2);
+  const ModelOptions model_options{
+      .device = device,
+      .max_forward_tokens = std::min(kDeviceForwardTokens, std::max(c.scheduler.prefill_chunk, verify_tokens))};
+  if (on_device && verify_tokens > kDeviceForwardTokens)
     fail(ErrorCode::invalid_argument,
          "scheduler.max_batch {} x (slots.drafter.max_gamma {} + 2) tokens exceed the 1024 a device forward takes",
          c.scheduler.max_batch, c.drafter.max_gamma);
@@ -68,7 +69,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                   .scheduler = {},
                   .prefill_chunk = c.scheduler.prefill_chunk};
   KvStoreConfig kv_config = p.target->kv_config(blocks, c.kv.block_size);
-  if (on_device && c.kv.prefix_cache)
+  if (c.kv.prefix_cache && !kv_config.host_tensors)
     spdlog::info("kv.prefix_cache: off on {} (shared blocks are copied through host tensors a device pool lacks)",
                  device.to_string());
   kv_config.prefix_cache = c.kv.prefix_cache && kv_config.host_tensors;

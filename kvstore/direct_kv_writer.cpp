@@ -60,7 +60,7 @@ void DirectKvWriter::abort_round() {
 
 KvWriteStats DirectKvWriter::stats() const {
   KvWriteStats s = stats_;
-  s.row_bytes = store_.tensors().slot_stride() * 2 * static_cast<int64_t>(sizeof(float));  // layout, not storage
+  s.row_bytes = store_.tensors().slot_stride() * 2 * static_cast<int64_t>(sizeof(float));
   return s;
 }
 

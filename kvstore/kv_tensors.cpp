@@ -19,8 +19,7 @@ KvTensors::KvTensors(int32_t num_layers, int32_t num_blocks, int32_t block_size,
                      int32_t head_dim, bool allocate)
     : num_blocks_(positive(num_blocks, "num_blocks")),
       block_size_(positive(block_size, "block_size")),
-      slot_stride_(int64_t{positive(kv_heads, "kv_heads")} * positive(head_dim, "head_dim")),
-      allocated_(allocate) {
+      slot_stride_(int64_t{positive(kv_heads, "kv_heads")} * positive(head_dim, "head_dim")) {
   positive(num_layers, "num_layers");
   // slots and slot_stride_ are products of two int32 values and fit in int64; only
   // their product can overflow.
@@ -38,7 +37,7 @@ void KvTensors::copy_block(int32_t src, int32_t dst) {
     fail(ErrorCode::invalid_argument, "copy_block {} -> {}: blocks must be in [0, {})", src, dst,
          num_blocks_);
   if (src == dst) return;
-  if (!allocated_)
+  if (!holds_pool())
     fail(ErrorCode::internal, "copy_block {} -> {}: this store keeps no host tensors (its pool is on a device)", src,
          dst);
   const int64_t block_floats = int64_t{block_size_} * slot_stride_;

@@ -29,7 +29,7 @@ class KvTensors {
   int32_t num_layers() const { return static_cast<int32_t>(k_.size()); }
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
-  bool holds_pool() const { return allocated_; }
+  bool holds_pool() const { return !k_.front().empty(); }  // every size is >= 1
 
   /// Copies block `src` to block `dst` in every layer (copy-on-write of shared blocks).
   void copy_block(int32_t src, int32_t dst);
@@ -39,7 +39,6 @@ class KvTensors {
   int32_t num_blocks_;
   int32_t block_size_;
   int64_t slot_stride_;
-  bool allocated_;
   std::vector<std::vector<float>> k_, v_;
 };
 

@@ -62,6 +62,19 @@ std::span<int32_t> Logits::prepare_ids(int32_t vocab, std::span<const int32_t> r
   return ids_;
 }
 
+KvStoreConfig kv_store_layout(const ModelConfig& config, int32_t num_blocks, int32_t block_size, bool device_pool) {
+  KvStoreConfig k;
+  k.num_layers = config.num_layers;
+  k.num_kv_heads = config.num_kv_heads;
+  k.head_dim = config.head_dim;
+  k.block_size = block_size;
+  k.num_blocks = num_blocks;
+  // A device pool has no host copy: shared-block copy-on-write would copy host tensors.
+  k.prefix_cache = !device_pool;
+  k.host_tensors = !device_pool;
+  return k;
+}
+
 std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const KvStore& kv,
                                    const ModelConfig& c) {
   std::vector<int32_t> starts;

@@ -70,6 +70,11 @@ class Logits {
   std::vector<int32_t> rows_;   // rows of each window
 };
 
+/// The KvStore layout of a pool of `num_blocks` blocks of `block_size` tokens for a model
+/// of `config`. device_pool: the pool lives in a device model's memory and the store
+/// keeps only the books (host tensors and prefix cache off).
+KvStoreConfig kv_store_layout(const ModelConfig& config, int32_t num_blocks, int32_t block_size, bool device_pool);
+
 /// Logits rows a window asks for.
 inline int32_t logit_rows(const ForwardWindow& w) {
   const auto n = static_cast<int32_t>(w.tokens.size());

@@ -49,13 +49,7 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights)
 Transformer::~Transformer() = default;
 
 KvStoreConfig Transformer::kv_config(int32_t num_blocks, int32_t block_size) const {
-  KvStoreConfig c;
-  c.num_layers = config_.num_layers;
-  c.num_kv_heads = config_.num_kv_heads;
-  c.head_dim = config_.head_dim;
-  c.block_size = block_size;
-  c.num_blocks = num_blocks;
-  return c;
+  return kv_store_layout(config_, num_blocks, block_size, /*device_pool=*/false);
 }
 
 namespace {

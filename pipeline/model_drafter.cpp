@@ -8,7 +8,9 @@
 
 namespace specpipe {
 namespace {
-KvStoreConfig draft_kv_config(ForwardModel& m, int32_t blocks, int32_t block_size) {
+/// Sets up the draft model's pool (a device model allocates it here) and returns the
+/// layout of the store that keeps its books.
+KvStoreConfig draft_pool(ForwardModel& m, int32_t blocks, int32_t block_size) {
   m.allocate_kv_pool(blocks, block_size);
   KvStoreConfig c = m.kv_config(blocks, block_size);
   c.prefix_cache = false;
@@ -19,7 +21,7 @@ KvStoreConfig draft_kv_config(ForwardModel& m, int32_t blocks, int32_t block_siz
 ModelDrafter::ModelDrafter(std::unique_ptr<ForwardModel> model, int32_t kv_blocks, int32_t block_size,
                            int32_t prefill_chunk)
     : model_(std::move(model)),
-      kv_(draft_kv_config(*model_, kv_blocks, block_size)),
+      kv_(draft_pool(*model_, kv_blocks, block_size)),
       writer_(kv_),
       prefill_chunk_(prefill_chunk) {}
 
@@ -58,9 +60,8 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   std::vector<ForwardWindow> windows;
   // A catch-up longer than this is prefilled on its own first, so that one step's
   // windows stay within the model's tokens per forward.
-  const auto batch_feed =
-      static_cast<size_t>(std::max<int32_t>(2, std::min<int32_t>(prefill_chunk_, model_->max_forward_tokens() /
-                                                                                      static_cast<int32_t>(std::max<size_t>(items.size(), 1)))));
+  const auto per_item = model_->max_forward_tokens() / static_cast<int32_t>(std::max<size_t>(items.size(), 1));
+  const auto batch_feed = static_cast<size_t>(std::max(2, std::min(prefill_chunk_, per_item)));
   std::vector<size_t> owner;
   std::vector<int32_t> last_token(items.size());
   for (int32_t step = 0; step < max_gamma; ++step) {

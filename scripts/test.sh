@@ -25,7 +25,7 @@ for arg in "$@"; do
     --sanitize) labels='unit'; build="$root/build-asan"; skip="$sanitize_skip"
                 # CUDA is compiled by the plain pass; without a GPU ASan has nothing of it to run.
                 # -O1 -g1: the sanitizers' usual level with line tables only; on 2 cores the
-                # build takes ~12 min instead of ~18 at -O2 -g, the tests ~7 min instead of ~5.
+                # build took ~11.5 min instead of ~18 at -O2, the tests ~8 min instead of ~5.
                 extra+=(-DSPECPIPE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECPIPE_BUILD_BENCH=OFF
                         -DSPECPIPE_CUDA=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
                         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1") ;;

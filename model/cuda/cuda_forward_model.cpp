@@ -78,15 +78,7 @@ KvStoreConfig CudaForwardModel::kv_config(int32_t num_blocks, int32_t block_size
   if (model_->kv_blocks() > 0 && (num_blocks != model_->kv_blocks() || block_size != model_->kv_config().block_size))
     fail(ErrorCode::invalid_argument, "CUDA model: a store of {} blocks of {} does not match its pool of {} of {}",
          num_blocks, block_size, model_->kv_blocks(), model_->kv_config().block_size);
-  KvStoreConfig k;
-  k.num_layers = config().num_layers;
-  k.num_kv_heads = config().num_kv_heads;
-  k.head_dim = config().head_dim;
-  k.block_size = block_size;
-  k.num_blocks = num_blocks;
-  k.prefix_cache = false;  // shared-block copies would happen on host tensors
-  k.host_tensors = false;
-  return k;
+  return kv_store_layout(config(), num_blocks, block_size, /*device_pool=*/true);
 }
 
 void CudaForwardModel::allocate_kv_pool(int32_t num_blocks, int32_t block_size) {

@@ -27,8 +27,6 @@ class CudaForwardModel final : public ForwardModel {
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;
 
-  CudaTransformer& cuda() { return *model_; }
-
  private:
   std::unique_ptr<CudaTransformer> model_;
   Device device_;

@@ -449,15 +449,7 @@ CudaTransformer::~CudaTransformer() {
 int32_t CudaTransformer::kv_blocks() const { return impl_->num_blocks; }
 
 KvStoreConfig CudaTransformer::kv_config() const {
-  KvStoreConfig k;
-  k.num_layers = config_.num_layers;
-  k.num_kv_heads = config_.num_kv_heads;
-  k.head_dim = config_.head_dim;
-  k.block_size = impl_->block_size;
-  k.num_blocks = impl_->num_blocks;
-  k.prefix_cache = false;
-  k.host_tensors = false;
-  return k;
+  return kv_store_layout(config_, impl_->num_blocks, impl_->block_size, /*device_pool=*/true);
 }
 
 std::vector<std::string> CudaTransformer::gemm_algorithms() const {
