@@ -27,154 +27,223 @@ __device__ inline RowInfo row_info(const AttentionBatch& b, int32_t row) {
   return r;
 }
 
-/// Partial attention of one query row, one kv head's group of query heads, over the keys
-/// [chunk*C, chunk*C + C) of the row. Every order below depends on head_dim and the
-/// chunk's key count only.
-__global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
-                                                                   AttentionBatch b, bool reference) {
-  __shared__ float q_s[kMaxGroup * kMaxHeadDim];
-  __shared__ float p_s[kMaxGroup][C];
-  __shared__ const float* krow[C];
-  __shared__ const float* vrow[C];
-  __shared__ float scratch[kWarps];
+/// Shared memory of a chunk block: the group's queries, the scores (then numerators),
+/// each key's K and V row addresses, reduction scratch.
+template <int kDimLanes>
+struct ChunkShared {
+  float q[kMaxGroup * 32 * kDimLanes];
+  float p[kMaxGroup][C];
+  const float* krow[C];
+  const float* vrow[C];
+  float red[kMaxGroup][kWarps];
+  float red2[kMaxGroup][kWarps];
+};
 
+/// What a chunk block works on: its row, the keys [j0, j0 + count), its workspace.
+struct ChunkTask {
+  RowInfo r;
+  int32_t j0, count;
+  int32_t hd, group;  // head_dim, query heads per kv head
+};
+
+/// Loads the group's queries and the addresses of the chunk's K/V rows (pool prefix or
+/// dense window) into shared memory. Returns false (for the whole block) when the chunk
+/// lies past the row's keys.
+template <int kDimLanes>
+__device__ inline bool load_chunk(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
+                                  ChunkShared<kDimLanes>& sh, ChunkTask& task) {
   const int32_t row = blockIdx.z, kvh = blockIdx.y, chunk = blockIdx.x;
-  const RowInfo r = row_info(b, row);
-  if (chunk >= attention_chunks(r.keys)) return;  // uniform over the block
+  task.r = row_info(b, row);
+  if (chunk >= attention_chunks(task.r.keys)) return false;  // uniform over the block
   const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
-  const int32_t j0 = chunk * C;
-  const int32_t count = min(C, r.keys - j0);
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-
+  task.hd = hd;
+  task.group = group;
+  task.j0 = chunk * C;
+  task.count = min(C, task.r.keys - task.j0);
+  const int tid = threadIdx.x;
   const float* q = b.q + int64_t{row} * b.ld_q + int64_t{kvh} * group * hd;
-  for (int t = tid; t < group * hd; t += kThreads) q_s[t] = q[t];
-  if (tid < count) {
-    const int32_t j = j0 + tid;
+  for (int t = tid; t < group * hd; t += kThreads) sh.q[t] = q[t];
+  if (tid < task.count) {
+    const int32_t j = task.j0 + tid;
     const int64_t head_off = int64_t{kvh} * hd;
-    if (j < r.w.prefix_len) {
-      const int32_t* table = pool.block_tables + r.w.block_table_offset;
+    const AttentionWindowDesc& w = task.r.w;
+    if (j < w.prefix_len) {
+      const int32_t* table = pool.block_tables + w.block_table_offset;
       const int64_t slot = int64_t{table[j / pool.block_size]} * pool.block_size + j % pool.block_size;
-      krow[tid] = pool.k + slot * pool.slot_stride + head_off;
-      vrow[tid] = pool.v + slot * pool.slot_stride + head_off;
+      sh.krow[tid] = pool.k + slot * pool.slot_stride + head_off;
+      sh.vrow[tid] = pool.v + slot * pool.slot_stride + head_off;
     } else {
-      const int64_t t = int64_t{r.w.first_token} + (j - r.w.prefix_len);
-      krow[tid] = b.k + t * b.ld_kv + head_off;
-      vrow[tid] = b.v + t * b.ld_kv + head_off;
+      const int64_t t = int64_t{w.first_token} + (j - w.prefix_len);
+      sh.krow[tid] = b.k + t * b.ld_kv + head_off;
+      sh.vrow[tid] = b.v + t * b.ld_kv + head_off;
     }
   }
   __syncthreads();
+  return true;
+}
 
+/// The (row, head, chunk) record of the split-K workspace: max, sum, hd value sums.
+__device__ inline float* workspace_at(const AttentionShape& s, const AttentionBatch& b, int32_t g) {
+  const int32_t group = s.num_heads / s.num_kv_heads;
+  const int64_t h = int64_t{blockIdx.y} * group + g;
+  return b.workspace + ((int64_t{blockIdx.z} * s.num_heads + h) * b.max_chunks + blockIdx.x) * (s.head_dim + 2);
+}
+
+/// The first version of the chunk kernel: partial attention of one query row, one kv
+/// head's group of query heads, over the keys [chunk*C, chunk*C + C) of the row. Every
+/// order below depends on head_dim and the chunk's key count only. Kept as the bitwise
+/// reference of attention_chunk_kernel (attention_reference()).
+__global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(AttentionShape s, PagedPool pool,
+                                                                             AttentionBatch b) {
+  __shared__ ChunkShared<kDimPerLane> sh;
+  ChunkTask task;
+  if (!load_chunk(s, pool, b, sh, task)) return;
+  const int32_t hd = task.hd, group = task.group, count = task.count;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // Scores: a warp per key; lane l holds dims l, l+32, ...; a fixed butterfly sums them.
-  if (reference) {  // the first version's loop (kept for the bitwise check)
-    for (int jl = warp; jl < C; jl += kWarps) {
-      if (jl >= count) {
-        if (lane < group) p_s[lane][jl] = -INFINITY;
-        continue;
-      }
-      float kreg[kDimPerLane];
-#pragma unroll
-      for (int t = 0; t < kDimPerLane; ++t) kreg[t] = lane + 32 * t < hd ? krow[jl][lane + 32 * t] : 0.0f;
-      for (int g = 0; g < group; ++g) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int t = 0; t < kDimPerLane; ++t)
-          if (lane + 32 * t < hd) dot = fmaf(q_s[g * hd + lane + 32 * t], kreg[t], dot);
-        dot = detail::warp_sum(dot);
-        if (lane == 0) p_s[g][jl] = dot * s.scale;
-      }
+  for (int jl = warp; jl < C; jl += kWarps) {
+    if (jl >= count) {
+      if (lane < group) sh.p[lane][jl] = -INFINITY;
+      continue;
     }
-  } else {
-    // The same per-key arithmetic, a warp taking kKeys keys at a time: their loads are
-    // issued together and their butterflies interleave (latency, not order, changes).
-    constexpr int kKeys = 8;
-    for (int base = warp; base < C; base += kKeys * kWarps) {
-      float kreg[kKeys][kDimPerLane];
+    float kreg[kDimPerLane];
 #pragma unroll
-      for (int u = 0; u < kKeys; ++u) {
-        const int jl = base + u * kWarps;
+    for (int t = 0; t < kDimPerLane; ++t) kreg[t] = lane + 32 * t < hd ? sh.krow[jl][lane + 32 * t] : 0.0f;
+    for (int g = 0; g < group; ++g) {
+      float dot = 0.0f;
 #pragma unroll
-        for (int t = 0; t < kDimPerLane; ++t)
-          kreg[u][t] = jl < count && lane + 32 * t < hd ? krow[jl][lane + 32 * t] : 0.0f;
-      }
-      for (int g = 0; g < group; ++g) {
-        float dot[kKeys];
-#pragma unroll
-        for (int u = 0; u < kKeys; ++u) {
-          dot[u] = 0.0f;
-#pragma unroll
-          for (int t = 0; t < kDimPerLane; ++t)
-            if (lane + 32 * t < hd) dot[u] = fmaf(q_s[g * hd + lane + 32 * t], kreg[u][t], dot[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < kKeys; ++u) dot[u] = detail::warp_sum(dot[u]);
-        if (lane == 0) {
-#pragma unroll
-          for (int u = 0; u < kKeys; ++u)
-            if (base + u * kWarps < count) p_s[g][base + u * kWarps] = dot[u] * s.scale;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kKeys; ++u)
-        if (base + u * kWarps >= count && lane < group) p_s[lane][base + u * kWarps] = -INFINITY;
+      for (int t = 0; t < kDimPerLane; ++t)
+        if (lane + 32 * t < hd) dot = fmaf(sh.q[g * hd + lane + 32 * t], kreg[t], dot);
+      dot = detail::warp_sum(dot);
+      if (lane == 0) sh.p[g][jl] = dot * s.scale;
     }
   }
   __syncthreads();
-
-  const int64_t ws_stride = hd + 2;
-  auto ws_at = [&](int32_t g) {
-    const int64_t h = int64_t{kvh} * group + g;
-    return b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + chunk) * ws_stride;
-  };
   // Softmax numerators: thread tid owns key tid of the chunk.
   for (int g = 0; g < group; ++g) {
-    const float sc = p_s[g][tid];
-    const float m = detail::block_max<kThreads>(sc, scratch);
+    const float sc = sh.p[g][tid];
+    const float m = detail::block_max<kThreads>(sc, sh.red[0]);
     const float e = tid < count ? expf(sc - m) : 0.0f;
-    p_s[g][tid] = e;
-    const float sum = detail::block_sum<kThreads>(e, scratch);
+    sh.p[g][tid] = e;
+    const float sum = detail::block_sum<kThreads>(e, sh.red[0]);
     if (tid == 0) {
-      ws_at(g)[0] = m;
-      ws_at(g)[1] = sum;
+      workspace_at(s, b, g)[0] = m;
+      workspace_at(s, b, g)[1] = sum;
     }
   }
   __syncthreads();
-
   // Unnormalised value sums: one chain per (head, dim) over the chunk's keys in order.
-  if (reference) {  // the first version's loop (kept for the bitwise check)
-    for (int o = tid; o < group * hd; o += kThreads) {
-      const int g = o / hd, d = o % hd;
-      float acc = 0.0f;
-      for (int jl = 0; jl < count; ++jl) acc = fmaf(p_s[g][jl], vrow[jl][d], acc);
-      ws_at(g)[2 + d] = acc;
-    }
-    return;
+  for (int o = tid; o < group * hd; o += kThreads) {
+    const int g = o / hd, d = o % hd;
+    float acc = 0.0f;
+    for (int jl = 0; jl < count; ++jl) acc = fmaf(sh.p[g][jl], sh.vrow[jl][d], acc);
+    workspace_at(s, b, g)[2 + d] = acc;
   }
-  // The same chains, but a thread runs the chains of one dim for several heads of the
-  // group side by side: each value is read once for all of them, and the chains give
-  // independent FMAs. Every chain still adds its keys in ascending order: same bits.
+}
+
+/// The chunk kernel of the forward: the reference's arithmetic in the reference's order
+/// (same bits), organised for latency. kDimLanes = ceil(head_dim / 32) dims per lane and
+/// kHeadsPerThread value chains per thread are compile-time, so no work is predicated
+/// off for the common shapes (the first version spent most of its issue slots on
+/// predicated-off lanes of 8 dims and 16 heads).
+template <int kDimLanes, int kHeadsPerThread>
+__global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
+                                                                   AttentionBatch b) {
+  __shared__ ChunkShared<kDimLanes> sh;
+  ChunkTask task;
+  if (!load_chunk(s, pool, b, sh, task)) return;
+  const int32_t hd = task.hd, group = task.group, count = task.count;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+
+  // Scores, as the reference: a warp per key, lane l holding dims l, l+32, ..., one FMA
+  // chain then a fixed butterfly; a warp takes kKeys keys at a time so their loads are
+  // in flight together and their butterflies interleave.
+  constexpr int kKeys = 8;
+  for (int base = warp; base < C; base += kKeys * kWarps) {
+    float kreg[kKeys][kDimLanes];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      const int jl = base + u * kWarps;
+#pragma unroll
+      for (int t = 0; t < kDimLanes; ++t)
+        kreg[u][t] = jl < count && lane + 32 * t < hd ? sh.krow[jl][lane + 32 * t] : 0.0f;
+    }
+    for (int g = 0; g < group; ++g) {
+      float dot[kKeys];
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        dot[u] = 0.0f;
+#pragma unroll
+        for (int t = 0; t < kDimLanes; ++t)
+          if (lane + 32 * t < hd) dot[u] = fmaf(sh.q[g * hd + lane + 32 * t], kreg[u][t], dot[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) dot[u] = detail::warp_sum(dot[u]);
+      if (lane == 0) {
+#pragma unroll
+        for (int u = 0; u < kKeys; ++u)
+          if (base + u * kWarps < count) sh.p[g][base + u * kWarps] = dot[u] * s.scale;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+      if (base + u * kWarps >= count && lane < group) sh.p[lane][base + u * kWarps] = -INFINITY;
+  }
+  __syncthreads();
+
+  // Softmax numerators, every head of the group at once: block_max / block_sum's orders
+  // (a butterfly per warp, then the warps in order) with two barriers in all instead of
+  // four per head.
+  for (int g = 0; g < group; ++g) {
+    const float m = detail::warp_max(sh.p[g][tid]);
+    if (lane == 0) sh.red[g][warp] = m;
+  }
+  __syncthreads();
+  for (int g = 0; g < group; ++g) {
+    float m = sh.red[g][0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.red[g][w]);
+    const float e = tid < count ? expf(sh.p[g][tid] - m) : 0.0f;
+    sh.p[g][tid] = e;
+    const float sum = detail::warp_sum(e);
+    if (lane == 0) sh.red2[g][warp] = sum;
+  }
+  __syncthreads();
+  if (tid < group) {
+    float m = sh.red[tid][0], sum = sh.red2[tid][0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      m = fmaxf(m, sh.red[tid][w]);
+      sum += sh.red2[tid][w];
+    }
+    workspace_at(s, b, tid)[0] = m;
+    workspace_at(s, b, tid)[1] = sum;
+  }
+
+  // Unnormalised value sums: the chains of one dim for kHeadsPerThread heads of the
+  // group side by side (each value read once for all of them); every chain adds its
+  // keys in ascending order, as the reference.
   const int span = hd < kThreads ? hd : kThreads;  // dims in flight
   const int parts = kThreads / span;               // threads sharing one dim (heads split)
   const int gpart = tid / span;
   if (gpart >= parts) return;
   for (int d = tid % span; d < hd; d += span) {
-    float acc[kMaxGroup];
+    float acc[kHeadsPerThread];
 #pragma unroll
-    for (int i = 0; i < kMaxGroup; ++i) acc[i] = 0.0f;
-    // Unrolled so that several keys' value loads are in flight at once (the chain was
-    // waiting on one load per step); each chain's additions keep their order.
+    for (int i = 0; i < kHeadsPerThread; ++i) acc[i] = 0.0f;
 #pragma unroll 16
     for (int jl = 0; jl < count; ++jl) {
-      const float vv = vrow[jl][d];
+      const float vv = sh.vrow[jl][d];
 #pragma unroll
-      for (int i = 0; i < kMaxGroup; ++i) {
+      for (int i = 0; i < kHeadsPerThread; ++i) {
         const int g = gpart + i * parts;
-        if (g < group) acc[i] = fmaf(p_s[g][jl], vv, acc[i]);
+        if (g < group) acc[i] = fmaf(sh.p[g][jl], vv, acc[i]);
       }
     }
 #pragma unroll
-    for (int i = 0; i < kMaxGroup; ++i) {
+    for (int i = 0; i < kHeadsPerThread; ++i) {
       const int g = gpart + i * parts;
-      if (g < group) ws_at(g)[2 + d] = acc[i];
+      if (g < group) workspace_at(s, b, g)[2 + d] = acc[i];
     }
   }
 }
@@ -210,15 +279,39 @@ __global__ void __launch_bounds__(kThreads) attention_combine_kernel(AttentionSh
   }
 }
 
+template <int kDimLanes>
+cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, dim3 grid,
+                          cudaStream_t stream) {
+  // Value chains per thread: the group's heads over the threads that share a dim.
+  const int span = s.head_dim < kThreads ? s.head_dim : kThreads;
+  const int per_thread = (s.num_heads / s.num_kv_heads + kThreads / span - 1) / (kThreads / span);
+  if (per_thread <= 2) attention_chunk_kernel<kDimLanes, 2><<<grid, kThreads, 0, stream>>>(s, pool, b);
+  else if (per_thread <= 4) attention_chunk_kernel<kDimLanes, 4><<<grid, kThreads, 0, stream>>>(s, pool, b);
+  else attention_chunk_kernel<kDimLanes, kMaxGroup><<<grid, kThreads, 0, stream>>>(s, pool, b);
+  return cudaGetLastError();
+}
+
 cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
                            bool reference, cudaStream_t stream) {
   if (s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0 || s.num_heads / s.num_kv_heads > kMaxGroup ||
       s.head_dim <= 0 || s.head_dim > kMaxHeadDim || b.max_chunks <= 0)
     return cudaErrorInvalidValue;
   if (b.total_tokens <= 0) return cudaSuccess;
-  attention_chunk_kernel<<<dim3(b.max_chunks, s.num_kv_heads, b.total_tokens), kThreads, 0, stream>>>(s, pool, b,
-                                                                                                     reference);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const dim3 grid(b.max_chunks, s.num_kv_heads, b.total_tokens);
+  cudaError_t e = cudaSuccess;
+  if (reference) {
+    attention_chunk_reference_kernel<<<grid, kThreads, 0, stream>>>(s, pool, b);
+    e = cudaGetLastError();
+  } else if (s.head_dim <= 32) {
+    e = launch_chunks<1>(s, pool, b, grid, stream);
+  } else if (s.head_dim <= 64) {
+    e = launch_chunks<2>(s, pool, b, grid, stream);
+  } else if (s.head_dim <= 128) {
+    e = launch_chunks<4>(s, pool, b, grid, stream);
+  } else {
+    e = launch_chunks<8>(s, pool, b, grid, stream);
+  }
+  if (e != cudaSuccess) return e;
   attention_combine_kernel<<<dim3(s.num_heads, b.total_tokens), kThreads, 0, stream>>>(s, b, outb);
   return cudaGetLastError();
 }
