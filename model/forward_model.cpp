@@ -76,22 +76,23 @@ KvStoreConfig kv_store_layout(const ModelConfig& config, int32_t num_blocks, int
 }
 
 std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const KvStore& kv,
-                                   const ModelConfig& c) {
+                                   const ModelConfig& c, int32_t extra) {
   std::vector<int32_t> starts;
   starts.reserve(windows.size());
   for (const ForwardWindow& w : windows) {
     const int32_t start = w.start < 0 ? kv.length(w.seq) : w.start;
     const auto n = static_cast<int64_t>(w.tokens.size());
+    const int64_t end = start + n + extra;  // one past the last position written
     if (n == 0) fail(ErrorCode::invalid_argument, "forward: empty window for sequence {}", w.seq);
     if (start < kv.length(w.seq))
       fail(ErrorCode::invalid_argument, "forward: window of sequence {} starts at {}, inside its {} committed tokens",
            w.seq, start, kv.length(w.seq));
-    if (kv.reserved(w.seq) < start + n)
+    if (kv.reserved(w.seq) < end)
       fail(ErrorCode::invalid_argument, "forward: sequence {} has {} positions reserved, the window needs {}", w.seq,
-           kv.reserved(w.seq), start + n);
-    if (start + n > c.max_position_embeddings)
+           kv.reserved(w.seq), end);
+    if (end > c.max_position_embeddings)
       fail(ErrorCode::out_of_capacity, "forward: sequence {} would reach position {}, past the model's {} positions",
-           w.seq, start + n - 1, c.max_position_embeddings);
+           w.seq, end - 1, c.max_position_embeddings);
     for (const int32_t t : w.tokens)
       if (t < 0 || t >= c.vocab_size)
         fail(ErrorCode::invalid_argument, "forward: token id {} of sequence {} is outside the vocabulary of {}", t,
@@ -99,6 +100,30 @@ std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const
     starts.push_back(start);
   }
   return starts;
+}
+
+void ForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                        KvWriteSink& sink, std::vector<int32_t>& ids) {
+  if (steps < 1) fail(ErrorCode::invalid_argument, "forward: a greedy chain of {} steps", steps);
+  const std::vector<int32_t> starts = window_starts(windows, kv, config(), steps - 1);
+  std::vector<ForwardWindow> step(windows.begin(), windows.end());
+  for (size_t w = 0; w < step.size(); ++w) {
+    step[w].start = starts[w];  // explicit: nothing is committed between the steps
+    step[w].logits = LogitsMode::last;
+    step[w].ids_only = true;
+  }
+  std::vector<int32_t> fed(windows.size());
+  Logits logits;
+  ids.clear();
+  for (int32_t s = 0; s < steps; ++s) {
+    forward(step, kv, sink, logits);
+    for (size_t w = 0; w < step.size(); ++w) ids.push_back(logits.argmax(w));
+    for (size_t w = 0; w < step.size(); ++w) {
+      step[w].start += static_cast<int32_t>(step[w].tokens.size());
+      fed[w] = ids[ids.size() - step.size() + w];
+      step[w].tokens = {&fed[w], 1};
+    }
+  }
 }
 
 }  // namespace specpipe

@@ -84,9 +84,11 @@ inline int32_t logit_rows(const ForwardWindow& w) {
 /// Checks every window against the store and the model (non-empty, starts at or after
 /// its committed length, reserved, below max_position_embeddings, token ids in the
 /// vocabulary) and returns each window's start. Throws Error (invalid_argument, or
-/// out_of_capacity past the model's positions) naming the sequence.
+/// out_of_capacity past the model's positions) naming the sequence. `extra`: positions
+/// after each window that must be reserved and within the model's positions too (the
+/// later steps of a greedy chain).
 std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const KvStore& kv,
-                                   const ModelConfig& config);
+                                   const ModelConfig& config, int32_t extra = 0);
 
 class ForwardModel {
  public:
@@ -121,6 +123,17 @@ class ForwardModel {
   /// re-entrant: one forward at a time per model (it owns its scratch).
   virtual void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                        Logits& out) = 0;
+
+  /// Greedy drafting of `steps` tokens per window in one call: runs `windows` (each
+  /// window's token is the argmax of its last position), then steps - 1 one-token
+  /// forwards in which each window feeds its previous token. `ids` gets steps x windows
+  /// ids, step by step. Each window's sequence must have reserved
+  /// [start, start + n + steps - 1); the K/V of every fed token go to `sink` (one report
+  /// per step) and nothing is committed: the caller commits what it keeps. The same
+  /// tokens as `steps` forward() calls; this default makes them, a device model runs the
+  /// whole chain on the device without a host round trip per token.
+  virtual void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                    KvWriteSink& sink, std::vector<int32_t>& ids);
 };
 
 }  // namespace specpipe

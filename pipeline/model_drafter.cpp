@@ -47,21 +47,40 @@ std::span<const int32_t> ModelDrafter::catch_up(Sequence& s) {
   return std::span<const int32_t>(s.context).subspan(static_cast<size_t>(keep));
 }
 
+ForwardWindow ModelDrafter::first_window(Sequence& s, size_t max_feed, int32_t extra, bool greedy) {
+  std::span<const int32_t> feed = catch_up(s);
+  if (feed.size() > max_feed) {
+    // A long catch-up (the prompt, at the first proposal): chunked prefill of all but the
+    // last token, which joins the batched window. Batch invariance makes this the same
+    // as feeding it all at once.
+    prefill(*model_, kv_, s.seq, feed.first(feed.size() - 1), prefill_chunk_, logits_);
+    feed = feed.last(1);
+  }
+  kv_.reserve(s.seq, kv_.length(s.seq) + static_cast<int32_t>(feed.size()) + extra);
+  return {s.seq, feed, LogitsMode::last, -1, greedy};
+}
+
 void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposal>& out) {
   out.assign(items.size(), Proposal{});
   std::vector<Sequence*> seqs;
   int32_t max_gamma = 0;
+  bool chain = true;  // every item greedy with the same gamma
   for (const DraftItem& item : items) {
     Sequence& s = at(item.request);
     s.context.insert(s.context.end(), item.appended.begin(), item.appended.end());
     seqs.push_back(&s);
     max_gamma = std::max(max_gamma, item.gamma);
+    chain = chain && item.sampling.temperature == 0.0f && item.gamma == items.front().gamma;
   }
-  std::vector<ForwardWindow> windows;
   // A catch-up longer than this is prefilled on its own first, so that one step's
   // windows stay within the model's tokens per forward.
   const auto per_item = model_->max_forward_tokens() / static_cast<int32_t>(std::max<size_t>(items.size(), 1));
   const auto batch_feed = static_cast<size_t>(std::max(2, std::min(prefill_chunk_, per_item)));
+  if (chain && max_gamma > 0) {
+    propose_chain(items, seqs, batch_feed, out);
+    return;
+  }
+  std::vector<ForwardWindow> windows;
   std::vector<size_t> owner;
   std::vector<int32_t> last_token(items.size());
   for (int32_t step = 0; step < max_gamma; ++step) {
@@ -70,18 +89,14 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
     for (size_t i = 0; i < items.size(); ++i) {
       if (items[i].gamma <= step) continue;
       Sequence& s = *seqs[i];
-      // Step 0 feeds what the draft KV has not seen; later steps the previous draft.
-      std::span<const int32_t> feed = step == 0 ? catch_up(s) : std::span<const int32_t>(&last_token[i], 1);
-      if (feed.size() > batch_feed) {
-        // A long catch-up (the prompt, at the first proposal): chunked prefill of all
-        // but the last token, which joins the batched window. Batch invariance makes
-        // this the same as feeding it all at once.
-        prefill(*model_, kv_, s.seq, feed.first(feed.size() - 1), prefill_chunk_, logits_);
-        feed = feed.last(1);
-      }
-      kv_.reserve(s.seq, kv_.length(s.seq) + static_cast<int32_t>(feed.size()));
       const bool greedy = items[i].sampling.temperature == 0.0f;
-      windows.push_back({s.seq, feed, LogitsMode::last, -1, greedy});
+      // Step 0 feeds what the draft KV has not seen; later steps the previous draft.
+      if (step == 0) {
+        windows.push_back(first_window(s, batch_feed, 0, greedy));
+      } else {
+        kv_.reserve(s.seq, kv_.length(s.seq) + 1);
+        windows.push_back({s.seq, {&last_token[i], 1}, LogitsMode::last, -1, greedy});
+      }
       owner.push_back(i);
     }
     if (windows.empty()) break;
@@ -102,6 +117,22 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   }
   // The drafts are the drafter's own guesses: they are not part of the context until
   // the target accepts them; the next round's catch_up trims what it rejected.
+}
+
+void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs,
+                                 size_t max_feed, std::vector<Proposal>& out) {
+  const int32_t gamma = items.front().gamma;
+  std::vector<ForwardWindow> windows;
+  for (Sequence* s : seqs) windows.push_back(first_window(*s, max_feed, gamma - 1, /*greedy=*/true));
+  model_->forward_greedy_chain(windows, gamma, kv_, writer_, chain_ids_);
+  const size_t n = windows.size();
+  for (size_t i = 0; i < n; ++i) {
+    // The K/V of the catch-up and of every draft but the last (never fed) are in the
+    // pool: commit them, as the step-by-step path does.
+    kv_.commit(windows[i].seq, windows[i].tokens);
+    for (int32_t step = 0; step < gamma; ++step) out[i].tokens.push_back(chain_ids_[static_cast<size_t>(step) * n + i]);
+    kv_.commit(windows[i].seq, std::span<const int32_t>(out[i].tokens).first(static_cast<size_t>(gamma - 1)));
+  }
 }
 
 void ModelDrafter::finish(RequestId request) {

@@ -5,7 +5,9 @@
 /// sequence's first proposal, then normally the pending token, plus the last draft when
 /// all drafts were accepted), after trimming
 /// whatever the target rejected, then extends every sequence one token at a time. All
-/// sequences of a round share each forward (varlen batch).
+/// sequences of a round share each forward (varlen batch). When every sequence drafts
+/// greedily the same number of tokens, the round is one ForwardModel::forward_greedy_chain
+/// (a device model then drafts all of them without a host round trip per token).
 #include <map>
 #include <memory>
 
@@ -40,6 +42,12 @@ class ModelDrafter final : public Drafter {
   Sequence& at(RequestId request);
   /// Trims the draft KV to its common prefix with the context; returns the tokens to feed.
   std::span<const int32_t> catch_up(Sequence& s);
+  /// Step 0's window of one sequence: its catch-up, after prefilling all but the last
+  /// token of one longer than `max_feed`; reserves `extra` positions after it.
+  ForwardWindow first_window(Sequence& s, size_t max_feed, int32_t extra, bool greedy);
+  /// The chain path of propose (all greedy, one gamma).
+  void propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
+                     std::vector<Proposal>& out);
 
   std::unique_ptr<ForwardModel> model_;
   KvStore kv_;
@@ -48,6 +56,7 @@ class ModelDrafter final : public Drafter {
   std::map<RequestId, Sequence> sequences_;
   Logits logits_;
   std::vector<float> q_scratch_;
+  std::vector<int32_t> chain_ids_;
 };
 
 }  // namespace specpipe

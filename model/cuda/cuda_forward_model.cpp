@@ -110,10 +110,41 @@ void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvS
       }
   }
   // The rows are in the device pool already: tell the sink (it counts them).
+  std::vector<int32_t> starts, counts;
+  for (const ForwardWindow& w : windows) {
+    starts.push_back(w.start < 0 ? kv.length(w.seq) : w.start);
+    counts.push_back(static_cast<int32_t>(w.tokens.size()));
+  }
+  report_rows(windows, starts, counts, sink);
+}
+
+void CudaForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                            const KvStore& kv, KvWriteSink& sink, std::vector<int32_t>& ids) {
+  if (steps > CudaTransformer::kMaxChainSteps) {
+    ForwardModel::forward_greedy_chain(windows, steps, kv, sink, ids);
+    return;
+  }
+  model_->forward_greedy_chain(windows, steps, kv, ids);  // checks the windows and reservations
+  // Step 0 wrote each window's tokens, step s >= 1 one token after them.
+  std::vector<int32_t> starts, counts;
+  for (const ForwardWindow& w : windows) {
+    starts.push_back(w.start < 0 ? kv.length(w.seq) : w.start);
+    counts.push_back(static_cast<int32_t>(w.tokens.size()));
+  }
+  report_rows(windows, starts, counts, sink);
+  for (int32_t s = 1; s < steps; ++s) {
+    for (size_t w = 0; w < windows.size(); ++w) {
+      starts[w] += counts[w];
+      counts[w] = 1;
+    }
+    report_rows(windows, starts, counts, sink);
+  }
+}
+
+void CudaForwardModel::report_rows(std::span<const ForwardWindow> windows, std::span<const int32_t> starts,
+                                   std::span<const int32_t> counts, KvWriteSink& sink) {
   written_.clear();
-  for (size_t w = 0; w < windows.size(); ++w)
-    written_.push_back({windows[w].seq, windows[w].start < 0 ? kv.length(windows[w].seq) : windows[w].start,
-                        static_cast<int32_t>(windows[w].tokens.size()), nullptr, nullptr, 0});
+  for (size_t w = 0; w < windows.size(); ++w) written_.push_back({windows[w].seq, starts[w], counts[w], nullptr, nullptr, 0});
   for (int32_t layer = 0; layer < config().num_layers; ++layer) sink.write_layer(layer, written_);
 }
 

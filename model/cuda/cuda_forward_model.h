@@ -26,8 +26,15 @@ class CudaForwardModel final : public ForwardModel {
   int32_t max_forward_tokens() const override { return model_->max_tokens(); }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;
+  /// The chain on the device (CudaTransformer::forward_greedy_chain) up to its step
+  /// limit, the host loop beyond.
+  void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                            KvWriteSink& sink, std::vector<int32_t>& ids) override;
 
  private:
+  /// Tells the sink about rows [start, start + n) of each window, already in the pool.
+  void report_rows(std::span<const ForwardWindow> windows, std::span<const int32_t> starts,
+                   std::span<const int32_t> counts, KvWriteSink& sink);
   std::unique_ptr<CudaTransformer> model_;
   Device device_;
   CudaLogits logits_;

@@ -126,6 +126,13 @@ struct CudaTransformer::Impl {
   int32_t capacity_chunks = 0;  // split-K chunks of the longest row the pool holds (graphs)
   // Fixed metadata layout (byte offsets into meta / meta_host), sized for max_tokens.
   size_t off_slots = 0, off_tokens = 0, off_pos = 0, off_tw = 0, off_lr = 0, off_win = 0, off_bt = 0;
+  // Greedy chains (forward_greedy_chain): after the block tables, an identity array
+  // (token -> window, logits row -> token for one-token windows), then per later step
+  // its slots, positions and window descriptors.
+  size_t off_chain = 0, off_ident = 0, chain_step_bytes = 0, chain_bytes = 0;
+  size_t chain_slots(int32_t s) const { return off_chain + static_cast<size_t>(s - 1) * chain_step_bytes; }
+  size_t chain_pos(int32_t s, size_t m) const { return chain_slots(s) + align_up(m * 8, 16); }
+  size_t chain_win(int32_t s, size_t m) const { return chain_pos(s, m) + align_up(m * 4, 16); }
   std::map<std::vector<int32_t>, cudaGraphExec_t> graphs;
 
   void clear_graphs() {
@@ -364,7 +371,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   const int64_t widest = std::max({H, qd, I});
   const int64_t floats = M * (H + H + qkvd + qd + 2 * I + H + V);
   d.scratch.allocate(static_cast<size_t>(floats) * sizeof(float) + static_cast<size_t>(M * widest) * 2 +
-                         static_cast<size_t>(M) * sizeof(int32_t) + 1024,
+                         static_cast<size_t>(M * kMaxChainSteps) * sizeof(int32_t) + 1024,
                      &device_bytes_);
   float* s = d.scratch.as<float>();
   d.x = s;
@@ -376,7 +383,8 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   d.logits = d.tmp + M * H;
   d.xb = reinterpret_cast<uint16_t*>(d.logits + M * V);
   d.argmax = reinterpret_cast<int32_t*>(d.xb + align_up(static_cast<size_t>(M * widest), 8));
-  d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) + static_cast<size_t>(M) * sizeof(int32_t));
+  d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) +
+                     static_cast<size_t>(M * kMaxChainSteps) * sizeof(int32_t));
   // --- GEMMs: one pinned algorithm per shape ---
   lt_try(cublasLtCreate(&d.lt), "cublasLtCreate");
   const int32_t mm = options_.max_tokens;
@@ -430,10 +438,16 @@ void CudaTransformer::allocate_kv_pool(int32_t kv_blocks, int32_t block_size) {
     // A window's block table covers at most the model's positions (+1: truncate keeps a
     // sequence's first block), whatever the pool's size.
     const int64_t table_max = std::min<int64_t>(kv_blocks, (c.max_position_embeddings + block_size - 1) / block_size + 1);
-    const size_t meta_bytes = d.off_bt + m * static_cast<size_t>(table_max) * 4;
+    d.off_chain = align_up(d.off_bt + m * static_cast<size_t>(table_max) * 4, 16);
+    d.chain_step_bytes = align_up(m * 8, 16) + align_up(m * 4, 16) + align_up(m * sizeof(cuda::AttentionWindowDesc), 16);
+    d.off_ident = d.off_chain + static_cast<size_t>(kMaxChainSteps - 1) * d.chain_step_bytes;
+    d.chain_bytes = d.off_ident + align_up(m * 4, 16) - d.off_chain;
+    const size_t meta_bytes = d.off_chain + d.chain_bytes;
     size_t meta_total = 0;
     d.meta.allocate(meta_bytes, &meta_total);
     d.meta_host.allocate(meta_bytes);
+    auto* ident = reinterpret_cast<int32_t*>(d.meta_host.as<unsigned char>() + d.off_ident);
+    for (int32_t i = 0; i < M; ++i) ident[i] = i;  // uploaded with every chain's metadata
   }
 
   d.num_blocks = kv_blocks;
@@ -471,6 +485,27 @@ void CudaTransformer::read_pool(int32_t layer, std::vector<float>& k, std::vecto
 }
 
 void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvStore& kv, CudaLogits& out) {
+  run(windows, 1, false, kv, out);
+}
+
+void CudaTransformer::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                           std::vector<int32_t>& ids) {
+  if (steps < 1 || steps > kMaxChainSteps)
+    fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain of {} steps (1..{})", steps, kMaxChainSteps);
+  const bool copy = options_.copy_logits;
+  options_.copy_logits = false;
+  try {
+    run(windows, steps, true, kv, chain_logits_);
+  } catch (...) {
+    options_.copy_logits = copy;
+    throw;
+  }
+  options_.copy_logits = copy;
+  ids = chain_ids_;
+}
+
+void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv,
+                          CudaLogits& out) {
   const ModelConfig& c = config_;
   Impl& d = *impl_;
   const KvStoreConfig& kc = kv.config();
@@ -486,16 +521,20 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
 
   // --- host plan: tokens, positions, slots, block tables, attention windows, logit rows ---
-  const std::vector<int32_t> starts = window_starts(windows, kv, c);
+  // A chain's later steps need positions [start + n, start + n + steps - 1) reserved too.
+  const std::vector<int32_t> starts = window_starts(windows, kv, c, steps - 1);
   std::vector<cuda::AttentionWindowSpec> specs;
-  int32_t total = 0, table_len = 0, logit_rows = 0;
+  int32_t total = 0, table_len = 0, logit_rows = 0, chain_chunks = 0;
+  std::vector<int32_t> table_at;
   for (size_t wi = 0; wi < windows.size(); ++wi) {
     const ForwardWindow& w = windows[wi];
     const auto n = static_cast<int32_t>(w.tokens.size());
     specs.push_back({starts[wi], n, table_len});
+    table_at.push_back(table_len);
     table_len += static_cast<int32_t>(kv.block_table(w.seq).size());
     total += n;
-    logit_rows += specpipe::logit_rows(w);
+    logit_rows += chain ? 1 : specpipe::logit_rows(w);
+    chain_chunks = std::max(chain_chunks, cuda::attention_chunks(starts[wi] + n + steps - 1));
   }
   if (total > options_.max_tokens)
     fail(ErrorCode::invalid_argument, "CUDA forward: {} tokens in one forward, more than max_tokens {}", total,
@@ -504,7 +543,8 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
 
   // Metadata into the fixed layout (one copy, up to the end of the used block tables).
   const size_t n_windows = windows.size();
-  if (static_cast<size_t>(table_len) * 4 > d.meta.bytes() - d.off_bt)
+  const auto nw = static_cast<int32_t>(n_windows);
+  if (static_cast<size_t>(table_len) * 4 > d.off_chain - d.off_bt)
     fail(ErrorCode::invalid_argument, "CUDA forward: {} block table entries exceed the metadata buffer", table_len);
   const size_t meta_bytes = d.off_bt + static_cast<size_t>(table_len) * 4;
   auto* hb = d.meta_host.as<unsigned char>();
@@ -520,8 +560,8 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
   out.vocab_ = c.vocab_size;
   out.first_.clear();
   out.rows_.clear();
-  std::vector<int32_t> key;  // the graph's shape: (tokens, logit rows) per window, copy flag
-  key.reserve(2 * n_windows + 1);
+  std::vector<int32_t> key;  // the graph's shape: (tokens, logit rows) per window, flags, steps
+  key.reserve(2 * n_windows + 4);
   int32_t row = 0, lr = 0, bt = 0;
   for (size_t wi = 0; wi < n_windows; ++wi) {
     const ForwardWindow& w = windows[wi];
@@ -534,7 +574,7 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     const auto table = kv.block_table(w.seq);
     std::copy(table.begin(), table.end(), tables + bt);
     bt += static_cast<int32_t>(table.size());
-    const int32_t rows = specpipe::logit_rows(w);
+    const int32_t rows = chain ? 1 : specpipe::logit_rows(w);
     out.first_.push_back(lr);
     out.rows_.push_back(rows);
     for (int32_t i = 0; i < rows; ++i) logit_index[lr + i] = row + n - rows + i;
@@ -543,27 +583,40 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     key.push_back(n);
     key.push_back(rows);
   }
+  // A chain's step s >= 1: one token per window at position start + n - 1 + s, every
+  // earlier position in the pool (written by the previous steps), the window's table.
+  for (int32_t s = 1; s < steps; ++s) {
+    auto* cs = reinterpret_cast<int64_t*>(hb + d.chain_slots(s));
+    auto* cp = reinterpret_cast<int32_t*>(hb + d.chain_pos(s, static_cast<size_t>(options_.max_tokens)));
+    auto* cw = reinterpret_cast<cuda::AttentionWindowDesc*>(hb + d.chain_win(s, static_cast<size_t>(options_.max_tokens)));
+    for (int32_t wi = 0; wi < nw; ++wi) {
+      const auto& w = windows[static_cast<size_t>(wi)];
+      const int32_t p = starts[static_cast<size_t>(wi)] + static_cast<int32_t>(w.tokens.size()) - 1 + s;
+      cs[wi] = kv.slot(w.seq, p);
+      cp[wi] = p;
+      cw[wi] = {p, wi, 1, table_at[static_cast<size_t>(wi)]};
+    }
+  }
   key.push_back(options_.copy_logits ? 1 : 0);
+  key.push_back(steps);
   unsigned char* db = d.meta.as<unsigned char>();
   cuda_try(cudaMemcpyAsync(db, hb, meta_bytes, cudaMemcpyHostToDevice, stream_), "metadata upload");
-  const auto* d_slots = reinterpret_cast<const int64_t*>(db + d.off_slots);
-  const auto* d_tokens = reinterpret_cast<const int32_t*>(db + d.off_tokens);
-  const auto* d_pos = reinterpret_cast<const int32_t*>(db + d.off_pos);
-  const auto* d_tw = reinterpret_cast<const int32_t*>(db + d.off_tw);
-  const auto* d_lr = reinterpret_cast<const int32_t*>(db + d.off_lr);
-  const auto* d_bt = reinterpret_cast<const int32_t*>(db + d.off_bt);
-  const auto* d_win = reinterpret_cast<const cuda::AttentionWindowDesc*>(db + d.off_win);
+  if (steps > 1)
+    cuda_try(cudaMemcpyAsync(db + d.off_chain, hb + d.off_chain, d.chain_bytes, cudaMemcpyHostToDevice, stream_),
+             "chain metadata upload");
 
   const bool use_graph = options_.graphs && total <= options_.graph_max_tokens;
   // A graph launches the chunk kernel over the pool's capacity of chunks (rows skip the
   // chunks past their keys); the workspace is sized for that in the constructor. A row's
   // chunks and their merge order depend only on its position, so the bits are the same.
-  const int32_t max_chunks = use_graph ? d.capacity_chunks : plan.max_chunks;
-  if (use_graph && plan.max_chunks > d.capacity_chunks)
-    fail(ErrorCode::internal, "CUDA forward: {} attention chunks, the pool holds {}", plan.max_chunks,
+  const int32_t eager_chunks = std::max(plan.max_chunks, chain_chunks);
+  const int32_t max_chunks = use_graph ? d.capacity_chunks : eager_chunks;
+  if (use_graph && eager_chunks > d.capacity_chunks)
+    fail(ErrorCode::internal, "CUDA forward: {} attention chunks, the pool holds {}", eager_chunks,
          d.capacity_chunks);
   if (!use_graph) {
-    const int64_t need_ws = plan.workspace_floats(c.num_heads, c.head_dim) * static_cast<int64_t>(sizeof(float));
+    const int64_t need_ws = int64_t{total} * c.num_heads * eager_chunks * (c.head_dim + 2) *
+                            static_cast<int64_t>(sizeof(float));
     if (static_cast<size_t>(need_ws) > d.workspace.bytes()) {
       cuda_try(cudaStreamSynchronize(stream_), "sync");
       d.clear_graphs();  // they hold the old workspace's address
@@ -591,65 +644,93 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
   const bool skip_rest = (options_.timing_skip & 1) != 0, skip_attention = (options_.timing_skip & 2) != 0,
              skip_gemms = (options_.timing_skip & 4) != 0;
   key.push_back(options_.timing_skip);
-  auto enqueue = [&] {
-    if (!skip_rest) cuda_try(cuda::embedding(DType::bf16, d.embed, H, d_tokens, total, d.x, H, st), "embedding");
+  // One forward step's device metadata.
+  struct Step {
+    const int64_t* slots;
+    const int32_t *tokens, *pos, *tw, *lr, *bt;
+    const cuda::AttentionWindowDesc* win;
+    int32_t total, logit_rows;
+    int32_t* argmax;  // where the rows' argmax go
+  };
+  auto enqueue_step = [&](const Step& m) {
+    const int32_t rows_total = m.total;
+    if (!skip_rest) cuda_try(cuda::embedding(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H, st), "embedding");
     const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
     // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence
     // norm, cast / q-k norm, RoPE, KV scatter / attention, cast / residual, next norm, cast /
     // SiLU gate, cast; 5 small launches per layer besides the GEMMs.
     if (!skip_rest && c.num_layers > 0)
-      cuda_try(cuda::rms_norm_bf16(d.x, H, d.layers[0].input_norm, eps, total, H, d.xb, H, st), "input norm");
+      cuda_try(cuda::rms_norm_bf16(d.x, H, d.layers[0].input_norm, eps, rows_total, H, d.xb, H, st), "input norm");
     for (int32_t l = 0; l < c.num_layers; ++l) {
       const Impl::Layer& w = d.layers[static_cast<size_t>(l)];
       // attention block (the input norm of layer l > 0 ran with the previous residual)
-      if (!skip_gemms) gemm(d.g_qkv, d.xb, w.qkv, d.qkv, total, qkvd, H, "qkv GEMM");
-      if (w.qkv_bias) cuda_try(cuda::add_bias(d.qkv, qkvd, w.qkv_bias, total, qkvd, st), "qkv bias");
+      if (!skip_gemms) gemm(d.g_qkv, d.xb, w.qkv, d.qkv, rows_total, qkvd, H, "qkv GEMM");
+      if (w.qkv_bias) cuda_try(cuda::add_bias(d.qkv, qkvd, w.qkv_bias, rows_total, qkvd, st), "qkv bias");
       float* q = d.qkv;
       float* k = d.qkv + qd;
       float* v = d.qkv + qd + kvd;
       if (!skip_rest)
         cuda_try(cuda::qk_norm_rope_kv(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
                                        c.qk_norm ? w.q_norm : nullptr, c.qk_norm ? w.k_norm : nullptr, eps,
-                                       d.rope_cos, d.rope_sin, d_pos, d_slots, total,
+                                       d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total,
                                        d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, st),
                  "qk norm, rope, kv scatter");
       const cuda::PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd,
-                                 d.block_size, d_bt};
-      const cuda::AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, d_win, d_tw, total,
+                                 d.block_size, m.bt};
+      const cuda::AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, m.win, m.tw, rows_total,
                                        max_chunks, d.workspace.as<float>()};
       if (!skip_rest && !skip_attention) cuda_try(cuda::attention_bf16(shape, pool, batch, d.xb, st), "attention");
-      if (!skip_gemms) gemm(d.g_o, d.xb, w.o, d.tmp, total, H, qd, "o_proj GEMM");
+      if (!skip_gemms) gemm(d.g_o, d.xb, w.o, d.tmp, rows_total, H, qd, "o_proj GEMM");
       // MLP block
       if (!skip_rest)
-        cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.o_bias, H, w.post_norm, eps, total, H, d.xb, H, st),
+        cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.o_bias, H, w.post_norm, eps, rows_total, H, d.xb, H, st),
                  "residual + post-attention norm");
-      if (!skip_gemms) gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, total, 2 * I, H, "gate_up GEMM");
-      if (w.gate_up_bias) cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, total, 2 * I, st), "gate_up bias");
-      if (!skip_rest) cuda_try(cuda::silu_gate_bf16(d.gu, d.gu + I, 2 * I, total, I, d.xb, I, st), "silu gate");
-      if (!skip_gemms) gemm(d.g_down, d.xb, w.down, d.tmp, total, H, I, "down_proj GEMM");
+      if (!skip_gemms) gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, rows_total, 2 * I, H, "gate_up GEMM");
+      if (w.gate_up_bias) cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, rows_total, 2 * I, st), "gate_up bias");
+      if (!skip_rest) cuda_try(cuda::silu_gate_bf16(d.gu, d.gu + I, 2 * I, rows_total, I, d.xb, I, st), "silu gate");
+      if (!skip_gemms) gemm(d.g_down, d.xb, w.down, d.tmp, rows_total, H, I, "down_proj GEMM");
       if (skip_rest) continue;
       if (l + 1 < c.num_layers)
         cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.down_bias, H,
-                                              d.layers[static_cast<size_t>(l) + 1].input_norm, eps, total, H, d.xb,
-                                              H, st),
+                                              d.layers[static_cast<size_t>(l) + 1].input_norm, eps, rows_total, H,
+                                              d.xb, H, st),
                  "residual + input norm");
       else
-        cuda_try(cuda::residual_add(d.x, d.tmp, w.down_bias, total, H, H, st), "residual");
+        cuda_try(cuda::residual_add(d.x, d.tmp, w.down_bias, rows_total, H, H, st), "residual");
     }
     // final norm and LM head for the rows that need logits
-    if (logit_rows > 0) {
-      if (!skip_rest) cuda_try(cuda::gather_rows(d.x, d_lr, logit_rows, H, H, d.h, st), "gather");
-      if (!skip_rest) cuda_try(cuda::rms_norm_bf16(d.h, H, d.final_norm, eps, logit_rows, H, d.xb, H, st), "final norm");
-      if (!skip_gemms) gemm(d.g_head, d.xb, d.lm_head, d.logits, logit_rows, V, H, "lm_head GEMM");
-      if (!skip_rest) cuda_try(cuda::argmax(d.logits, logit_rows, V, V, d.argmax, st), "argmax");
-      cuda_try(cudaMemcpyAsync(host_ids, d.argmax, static_cast<size_t>(logit_rows) * 4, cudaMemcpyDeviceToHost, st),
-               "argmax copy");
-      if (copy_logits)
-        cuda_try(cudaMemcpyAsync(d.out_host.as<float>(), d.logits,
-                                 static_cast<size_t>(logit_rows * V) * sizeof(float), cudaMemcpyDeviceToHost, st),
-                 "logits copy");
+    if (m.logit_rows > 0) {
+      if (!skip_rest) cuda_try(cuda::gather_rows(d.x, m.lr, m.logit_rows, H, H, d.h, st), "gather");
+      if (!skip_rest)
+        cuda_try(cuda::rms_norm_bf16(d.h, H, d.final_norm, eps, m.logit_rows, H, d.xb, H, st), "final norm");
+      if (!skip_gemms) gemm(d.g_head, d.xb, d.lm_head, d.logits, m.logit_rows, V, H, "lm_head GEMM");
+      if (!skip_rest) cuda_try(cuda::argmax(d.logits, m.logit_rows, V, V, m.argmax, st), "argmax");
     }
+  };
+  // Every step, then the copies back: the argmax of each step's rows (a chain's steps lie
+  // back to back: nw ids each), and the last step's logits when asked.
+  auto enqueue = [&] {
+    const auto* d_ident = reinterpret_cast<const int32_t*>(db + d.off_ident);
+    const auto* d_bt = reinterpret_cast<const int32_t*>(db + d.off_bt);
+    enqueue_step({reinterpret_cast<const int64_t*>(db + d.off_slots), reinterpret_cast<const int32_t*>(db + d.off_tokens),
+                  reinterpret_cast<const int32_t*>(db + d.off_pos), reinterpret_cast<const int32_t*>(db + d.off_tw),
+                  reinterpret_cast<const int32_t*>(db + d.off_lr), d_bt,
+                  reinterpret_cast<const cuda::AttentionWindowDesc*>(db + d.off_win), total, logit_rows, d.argmax});
+    const auto m = static_cast<size_t>(options_.max_tokens);
+    for (int32_t s = 1; s < steps; ++s)
+      enqueue_step({reinterpret_cast<const int64_t*>(db + d.chain_slots(s)), d.argmax + (s - 1) * nw,
+                    reinterpret_cast<const int32_t*>(db + d.chain_pos(s, m)), d_ident, d_ident, d_bt,
+                    reinterpret_cast<const cuda::AttentionWindowDesc*>(db + d.chain_win(s, m)), nw, nw,
+                    d.argmax + s * nw});
+    const int32_t ids = chain ? steps * nw : logit_rows;
+    if (ids > 0)
+      cuda_try(cudaMemcpyAsync(host_ids, d.argmax, static_cast<size_t>(ids) * 4, cudaMemcpyDeviceToHost, st),
+               "argmax copy");
+    if (copy_logits && logit_rows > 0)
+      cuda_try(cudaMemcpyAsync(d.out_host.as<float>(), d.logits, static_cast<size_t>(logit_rows * V) * sizeof(float),
+                               cudaMemcpyDeviceToHost, st),
+               "logits copy");
   };
 
   if (use_graph) {
@@ -676,7 +757,11 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
     enqueue();
   }
   cuda_try(cudaStreamSynchronize(st), "forward");
-  if (logit_rows > 0) {
+  if (chain) {
+    chain_ids_.assign(host_ids, host_ids + steps * nw);
+    out.argmax_.assign(host_ids + (steps - 1) * nw, host_ids + steps * nw);
+    out.data_.clear();
+  } else if (logit_rows > 0) {
     out.argmax_.assign(host_ids, host_ids + logit_rows);
     if (copy_logits)
       out.data_.assign(d.out_host.as<float>(), d.out_host.as<float>() + static_cast<int64_t>(logit_rows) * V);

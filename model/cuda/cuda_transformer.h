@@ -130,6 +130,16 @@ class CudaTransformer {
   /// max_position_embeddings; in all at most options.max_tokens tokens. `kv` is only read.
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, CudaLogits& out);
 
+  /// Greedy drafting without a host round trip per token: runs `windows` (the argmax of
+  /// each window's last position is its step-0 token), then steps - 1 one-token steps in
+  /// which each window's token is its previous step's argmax, all on the device (one graph
+  /// per shape when graphed) with one sync at the end. ids gets steps x windows ids, step
+  /// by step. Each window's sequence must have reserved [start, start + n + steps - 1).
+  /// The same bits as `steps` forward() calls (batch invariance). steps <= kMaxChainSteps.
+  void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                            std::vector<int32_t>& ids);
+  static constexpr int32_t kMaxChainSteps = 16;
+
   /// Copies the device pool of `layer` to the host ([slots, kv_heads * head_dim] floats
   /// each for K and V), for checks.
   void read_pool(int32_t layer, std::vector<float>& k, std::vector<float>& v);
@@ -138,12 +148,17 @@ class CudaTransformer {
   struct Impl;
   CudaTransformer(const ModelConfig& config, const ModelWeights* weights, uint64_t seed, int32_t kv_blocks,
                   int32_t block_size, CudaTransformerOptions options);
+  /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
+  /// window and step, in chain_ids_).
+  void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out);
   ModelConfig config_;
   size_t step_matrix_bytes_ = 0;
   CudaTransformerOptions options_;
   cudaStream_t stream_ = nullptr;
   size_t device_bytes_ = 0;
   std::unique_ptr<Impl> impl_;
+  CudaLogits chain_logits_;
+  std::vector<int32_t> chain_ids_;
 };
 
 }  // namespace specpipe

@@ -11,36 +11,13 @@
 #include "core/error.h"
 #include "pipeline/model_drafter.h"
 #include "pipeline/prefill.h"
+#include "tests/support/limited_model.h"
 #include "tests/support/models.h"
 
 namespace specpipe {
 namespace {
 
-/// The real model behind a forward-size limit; fails the test on a forward past it.
-class LimitedModel final : public ForwardModel {
- public:
-  LimitedModel(Transformer& inner, int32_t limit) : inner_(inner), limit_(limit) {}
-  const ModelConfig& config() const override { return inner_.config(); }
-  Device device() const override { return inner_.device(); }
-  KvStoreConfig kv_config(int32_t blocks, int32_t block_size) const override {
-    return inner_.kv_config(blocks, block_size);
-  }
-  int32_t max_forward_tokens() const override { return limit_; }
-  void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink, Logits& out) override {
-    size_t total = 0;
-    for (const ForwardWindow& w : windows) total += w.tokens.size();
-    EXPECT_LE(total, static_cast<size_t>(limit_));
-    largest = std::max(largest, total);
-    ++forwards;
-    inner_.forward(windows, kv, sink, out);
-  }
-  size_t largest = 0;
-  int forwards = 0;
-
- private:
-  Transformer& inner_;
-  int32_t limit_;
-};
+using test::LimitedModel;
 
 std::vector<int32_t> prompt(int32_t n, int32_t salt) {
   std::vector<int32_t> p;

@@ -10,7 +10,8 @@
 //       (median of --repeat sweeps), and the target's verify-window cost for n = 1..9,
 //   (e) with CUDA graphs on (the default; --no-graphs turns them off): every case's plain
 //       run with graphs off and on gives bitwise-identical logits at every step and the
-//       same tokens, and speculation (gamma 5) the same tokens and accepted counts.
+//       same tokens, and speculation (gamma 5) the same tokens and accepted counts, also
+//       with the drafts made one forward per token instead of one greedy chain.
 // --synthetic NAME (llama3-8b, llama3-1b, qwen3-0.6b) instead benchmarks a model of that
 // shape with seeded random BF16 weights made on the device: decode step at batch 1 after
 // --context tokens against the floor (matrix bytes / device-to-device copy rate measured
@@ -123,8 +124,10 @@ struct SpecRun {
 /// last prompt token; each round the draft proposes gamma tokens from its own KV, the
 /// target verifies [pending, d1..d_gamma] in one window (all logits), k drafts are
 /// accepted plus the target's token; both KVs keep exactly the accepted prefix.
+/// chain: the drafts of a round come from one forward_greedy_chain (no host round trip
+/// per draft token) instead of gamma forward() calls.
 SpecRun gpu_spec(CudaTransformer& target, KvStore& kvt, CudaTransformer& draft, KvStore& kvd,
-                 const std::vector<int32_t>& prompt, int32_t max_new, int32_t gamma) {
+                 const std::vector<int32_t>& prompt, int32_t max_new, int32_t gamma, bool chain = true) {
   SpecRun r;
   target.set_copy_logits(false);
   draft.set_copy_logits(false);
@@ -146,12 +149,15 @@ SpecRun gpu_spec(CudaTransformer& target, KvStore& kvt, CudaTransformer& draft, 
     kvd.reserve(sd, len + gamma - 1);
     window.assign(seq.begin() + dl, seq.end());
     std::vector<int32_t> drafts;
-    {
+    if (chain) {
+      const ForwardWindow w{sd, window, LogitsMode::last};
+      draft.forward_greedy_chain({&w, 1}, gamma, kvd, drafts);
+    } else {
       const ForwardWindow w{sd, window, LogitsMode::last};
       draft.forward({&w, 1}, kvd, ld);
       drafts.push_back(ld.argmax(0));
     }
-    for (int32_t j = 1; j < gamma; ++j) {
+    for (int32_t j = 1; j < gamma && !chain; ++j) {
       const ForwardWindow w{sd, {&drafts.back(), 1}, LogitsMode::last, len + j - 1};
       draft.forward({&w, 1}, kvd, ld);
       drafts.push_back(ld.argmax(0));
@@ -582,7 +588,7 @@ int main(int argc, char** argv) {
 
     // (e) graphs vs eager, bit for bit
     if (gpu_options.graphs) {
-      int logits_equal = 0, tokens_equal = 0, spec_equal = 0;
+      int logits_equal = 0, tokens_equal = 0, spec_equal = 0, chain_equal = 0;
       json bad = json::array();
       for (size_t ci = 0; ci < cases.size(); ++ci) {
         const auto prompt = cases[ci]["prompt_ids"].get<std::vector<int32_t>>();
@@ -602,14 +608,20 @@ int main(int argc, char** argv) {
         const SpecRun sb = gpu_spec(gt, kvt, gd, kvd, prompt, 96, 5);
         const bool same_spec = sa.tokens == sb.tokens && sa.accepted_per_round == sb.accepted_per_round;
         spec_equal += same_spec;
-        if (!same_logits || a.tokens != b.tokens || !same_spec) {
-          bad.push_back({{"case", ci}, {"logits", same_logits}, {"tokens", a.tokens == b.tokens}, {"spec", same_spec}});
+        // The draft chain against gamma separate draft forwards (graphed).
+        const SpecRun sc = gpu_spec(gt, kvt, gd, kvd, prompt, 96, 5, /*chain=*/false);
+        const bool same_chain = sc.tokens == sb.tokens && sc.accepted_per_round == sb.accepted_per_round;
+        chain_equal += same_chain;
+        if (!same_logits || a.tokens != b.tokens || !same_spec || !same_chain) {
+          bad.push_back({{"case", ci}, {"logits", same_logits}, {"tokens", a.tokens == b.tokens}, {"spec", same_spec},
+                         {"chain", same_chain}});
           ok = false;
         }
       }
       report["graph_vs_eager"] = {{"plain_logits_bitwise_equal_every_step", logits_equal},
                                   {"plain_tokens_equal", tokens_equal},
                                   {"spec_gamma5_tokens_and_rounds_equal", spec_equal},
+                                  {"spec_gamma5_chain_equals_steps", chain_equal},
                                   {"cases", cases.size()},
                                   {"problems", bad},
                                   {"target_graphs", gt.graph_count()},
@@ -653,6 +665,19 @@ int main(int argc, char** argv) {
       }
       t["spec"] = sg;
       t["spec_best"] = {{"gamma", best_gamma}, {"tok_s", best}, {"speedup_vs_plain", best / t["plain"]["tok_s"].get<double>()}};
+      {
+        // The same best gamma with a draft forward per token (no chain), same run.
+        std::vector<double> ms;
+        for (int rep = 0; rep < repeat; ++rep) {
+          double total = 0;
+          for (const auto& c : cases)
+            total += gpu_spec(gt, kvt, gd, kvd, c["prompt_ids"].get<std::vector<int32_t>>(), 96, best_gamma, false).ms;
+          ms.push_back(total);
+        }
+        const double tps = tokens_total / (median(ms) / 1e3);
+        t["spec_best_without_chain"] = {{"gamma", best_gamma}, {"tok_s", tps},
+                                        {"speedup_vs_plain", tps / t["plain"]["tok_s"].get<double>()}};
+      }
       t["note"] = "tok/s = 96 tokens x cases / wall time incl. prefill, batch 1, median of repeat sweeps";
 
       // Verify-window cost on the target: context = case 0's prompt, windows of n tokens
@@ -693,9 +718,19 @@ int main(int argc, char** argv) {
           gd.forward({&w, 1}, kvd, lg);
           v.push_back(ms_since(t0) * 1e3);
         }
+        // The same step inside a greedy chain of 4 (one sync per chain), per token.
+        kvd.reserve(sd, kvd.length(sd) + 4);
+        std::vector<int32_t> ids;
+        std::vector<double> vc;
+        for (int i = 0; i < 200; ++i) {
+          const auto t0 = Clock::now();
+          gd.forward_greedy_chain({&w, 1}, 4, kvd, ids);
+          vc.push_back(ms_since(t0) * 1e3 / 4);
+        }
         kvd.release(sd);
         t["verify_window_us"] = wcost;
         t["draft_step_us"] = median(v);
+        t["draft_chain4_us_per_token"] = median(vc);
         t["context_tokens"] = prompt.size();
       }
       report["timing"] = t;
