@@ -14,6 +14,9 @@ constexpr int kMaxGroup = 16;
 constexpr int kDimPerLane = kMaxHeadDim / 32;
 constexpr int C = kAttentionChunkKeys;
 static_assert(C == kThreads);
+constexpr int kFastThreads = 4 * kThreads;  // attention_chunk_kernel's block
+constexpr int kFastWarps = kFastThreads / 32;
+static_assert(C % kFastWarps == 0);
 
 struct RowInfo {
   AttentionWindowDesc w;
@@ -62,7 +65,7 @@ __device__ inline bool load_chunk(const AttentionShape& s, const PagedPool& pool
   task.count = min(C, task.r.keys - task.j0);
   const int tid = threadIdx.x;
   const float* q = b.q + int64_t{row} * b.ld_q + int64_t{kvh} * group * hd;
-  for (int t = tid; t < group * hd; t += kThreads) sh.q[t] = q[t];
+  for (int t = tid; t < group * hd; t += blockDim.x) sh.q[t] = q[t];
   if (tid < task.count) {
     const int32_t j = task.j0 + tid;
     const int64_t head_off = int64_t{kvh} * hd;
@@ -145,9 +148,13 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
 /// (same bits), organised for latency. kDimLanes = ceil(head_dim / 32) dims per lane and
 /// kHeadsPerThread value chains per thread are compile-time, so no work is predicated
 /// off for the common shapes (the first version spent most of its issue slots on
-/// predicated-off lanes of 8 dims and 16 heads).
+/// predicated-off lanes of 8 dims and 16 heads). A block has kFastThreads threads, four
+/// times the reference's: a decode step has few blocks (chunks x kv heads), and each
+/// warp's long instruction stream was the latency; now a warp scores 8 keys and a
+/// thread runs one or two value chains. Which thread computes a key's score or a
+/// (head, dim) chain does not change its arithmetic.
 template <int kDimLanes, int kHeadsPerThread>
-__global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
+__global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
                                                                    AttentionBatch b) {
   __shared__ ChunkShared<kDimLanes> sh;
   ChunkTask task;
@@ -158,12 +165,12 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionShap
   // Scores, as the reference: a warp per key, lane l holding dims l, l+32, ..., one FMA
   // chain then a fixed butterfly; a warp takes kKeys keys at a time so their loads are
   // in flight together and their butterflies interleave.
-  constexpr int kKeys = 8;
-  for (int base = warp; base < C; base += kKeys * kWarps) {
+  constexpr int kKeys = C / kFastWarps;  // one pass: every warp's keys in flight together
+  for (int base = warp; base < C; base += kKeys * kFastWarps) {
     float kreg[kKeys][kDimLanes];
 #pragma unroll
     for (int u = 0; u < kKeys; ++u) {
-      const int jl = base + u * kWarps;
+      const int jl = base + u * kFastWarps;
 #pragma unroll
       for (int t = 0; t < kDimLanes; ++t)
         kreg[u][t] = jl < count && lane + 32 * t < hd ? sh.krow[jl][lane + 32 * t] : 0.0f;
@@ -182,32 +189,34 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionShap
       if (lane == 0) {
 #pragma unroll
         for (int u = 0; u < kKeys; ++u)
-          if (base + u * kWarps < count) sh.p[g][base + u * kWarps] = dot[u] * s.scale;
+          if (base + u * kFastWarps < count) sh.p[g][base + u * kFastWarps] = dot[u] * s.scale;
       }
     }
 #pragma unroll
     for (int u = 0; u < kKeys; ++u)
-      if (base + u * kWarps >= count && lane < group) sh.p[lane][base + u * kWarps] = -INFINITY;
+      if (base + u * kFastWarps >= count && lane < group) sh.p[lane][base + u * kFastWarps] = -INFINITY;
   }
   __syncthreads();
 
   // Softmax numerators, every head of the group at once: block_max / block_sum's orders
   // (a butterfly per warp, then the warps in order) with two barriers in all instead of
-  // four per head.
-  for (int g = 0; g < group; ++g) {
-    const float m = detail::warp_max(sh.p[g][tid]);
-    if (lane == 0) sh.red[g][warp] = m;
-  }
+  // four per head. Thread tid < C owns key tid, as in the reference's 128-thread block.
+  if (tid < C)
+    for (int g = 0; g < group; ++g) {
+      const float m = detail::warp_max(sh.p[g][tid]);
+      if (lane == 0) sh.red[g][warp] = m;
+    }
   __syncthreads();
-  for (int g = 0; g < group; ++g) {
-    float m = sh.red[g][0];
+  if (tid < C)
+    for (int g = 0; g < group; ++g) {
+      float m = sh.red[g][0];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.red[g][w]);
-    const float e = tid < count ? expf(sh.p[g][tid] - m) : 0.0f;
-    sh.p[g][tid] = e;
-    const float sum = detail::warp_sum(e);
-    if (lane == 0) sh.red2[g][warp] = sum;
-  }
+      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.red[g][w]);
+      const float e = tid < count ? expf(sh.p[g][tid] - m) : 0.0f;
+      sh.p[g][tid] = e;
+      const float sum = detail::warp_sum(e);
+      if (lane == 0) sh.red2[g][warp] = sum;
+    }
   __syncthreads();
   if (tid < group) {
     float m = sh.red[tid][0], sum = sh.red2[tid][0];
@@ -223,8 +232,8 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_kernel(AttentionShap
   // Unnormalised value sums: the chains of one dim for kHeadsPerThread heads of the
   // group side by side (each value read once for all of them); every chain adds its
   // keys in ascending order, as the reference.
-  const int span = hd < kThreads ? hd : kThreads;  // dims in flight
-  const int parts = kThreads / span;               // threads sharing one dim (heads split)
+  const int span = hd < kFastThreads ? hd : kFastThreads;  // dims in flight
+  const int parts = kFastThreads / span;                   // threads sharing one dim (heads split)
   const int gpart = tid / span;
   if (gpart >= parts) return;
   for (int d = tid % span; d < hd; d += span) {
@@ -283,11 +292,11 @@ template <int kDimLanes>
 cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, dim3 grid,
                           cudaStream_t stream) {
   // Value chains per thread: the group's heads over the threads that share a dim.
-  const int span = s.head_dim < kThreads ? s.head_dim : kThreads;
-  const int per_thread = (s.num_heads / s.num_kv_heads + kThreads / span - 1) / (kThreads / span);
-  if (per_thread <= 2) attention_chunk_kernel<kDimLanes, 2><<<grid, kThreads, 0, stream>>>(s, pool, b);
-  else if (per_thread <= 4) attention_chunk_kernel<kDimLanes, 4><<<grid, kThreads, 0, stream>>>(s, pool, b);
-  else attention_chunk_kernel<kDimLanes, kMaxGroup><<<grid, kThreads, 0, stream>>>(s, pool, b);
+  const int span = s.head_dim < kFastThreads ? s.head_dim : kFastThreads;
+  const int per_thread = (s.num_heads / s.num_kv_heads + kFastThreads / span - 1) / (kFastThreads / span);
+  if (per_thread <= 1) attention_chunk_kernel<kDimLanes, 1><<<grid, kFastThreads, 0, stream>>>(s, pool, b);
+  else if (per_thread <= 2) attention_chunk_kernel<kDimLanes, 2><<<grid, kFastThreads, 0, stream>>>(s, pool, b);
+  else attention_chunk_kernel<kDimLanes, kMaxGroup><<<grid, kFastThreads, 0, stream>>>(s, pool, b);
   return cudaGetLastError();
 }
 

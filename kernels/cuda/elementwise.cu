@@ -15,19 +15,19 @@ constexpr int kRowThreads = 128;  // one block per row: the reduction order depe
 
 __device__ inline float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
+/// Element `at` of an embedding table of `dtype`, as float32.
+__device__ inline float table_value(DType dtype, const void* table, int64_t at) {
+  if (dtype == DType::f32) return static_cast<const float*>(table)[at];
+  if (dtype == DType::bf16) return bf16_bits_to_f32(static_cast<const uint16_t*>(table)[at]);
+  return __half2float(__ushort_as_half(static_cast<const uint16_t*>(table)[at]));
+}
+
 __global__ void embedding_kernel(DType dtype, const void* table, int64_t dim, const int32_t* tokens,
                                  float* out, int64_t ld_out) {
   const int64_t row = blockIdx.x;
   const int64_t id = tokens[row];
   float* dst = out + row * ld_out;
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-    const int64_t at = id * dim + d;
-    float v;
-    if (dtype == DType::f32) v = static_cast<const float*>(table)[at];
-    else if (dtype == DType::bf16) v = bf16_bits_to_f32(static_cast<const uint16_t*>(table)[at]);
-    else v = __half2float(__ushort_as_half(static_cast<const uint16_t*>(table)[at]));
-    dst[d] = v;
-  }
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = table_value(dtype, table, id * dim + d);
 }
 
 __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* weight, float eps, int32_t heads,
@@ -84,6 +84,9 @@ __global__ void f32_to_bf16_kernel(const float* x, int64_t cols, int64_t ldx, ui
 /// Sum of squares of x[0:dim) in rms_norm_kernel's order, then its 1 / rms.
 __device__ inline float rms_scale(const float* x, int64_t dim, float eps, float* scratch) {
   float acc = 0.0f;
+  // Unrolled: a wide row (4096 floats: 32 steps a thread) waited on one load per step.
+  // The chain still adds in the same order, so the bits do not change.
+#pragma unroll 8
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) acc = fmaf(x[i], x[i], acc);
   const float mean = block_sum<kRowThreads>(acc, scratch) / static_cast<float>(dim);
   return 1.0f / sqrtf(mean + eps);
@@ -95,6 +98,22 @@ __global__ void rms_norm_bf16_kernel(const float* x, int64_t ldx, const float* w
   const float* xr = x + int64_t{blockIdx.x} * ldx;
   uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
   const float scale = rms_scale(xr, dim, eps, scratch);
+#pragma unroll 8
+  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
+}
+
+__global__ void embedding_rms_norm_bf16_kernel(DType dtype, const void* table, int64_t dim, const int32_t* tokens,
+                                               float* out, int64_t ld_out, const float* weight, float eps,
+                                               uint16_t* yb, int64_t ldyb) {
+  __shared__ float scratch[kRowThreads / 32];
+  const int64_t id = tokens[blockIdx.x];
+  float* xr = out + int64_t{blockIdx.x} * ld_out;
+  // Each thread writes the elements rms_scale has it read next (same stride): no barrier.
+#pragma unroll 8
+  for (int64_t d = threadIdx.x; d < dim; d += kRowThreads) xr[d] = table_value(dtype, table, id * dim + d);
+  uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
+  const float scale = rms_scale(xr, dim, eps, scratch);
+#pragma unroll 8
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
 }
 
@@ -105,12 +124,14 @@ __global__ void residual_rms_norm_bf16_kernel(float* x, const float* t, const fl
   const int64_t base = int64_t{blockIdx.x} * ld;
   float* xr = x + base;
   // Each thread updates the elements it reads next (same stride), so no barrier is needed.
+#pragma unroll 8
   for (int64_t c = threadIdx.x; c < dim; c += kRowThreads) {
     const float add = bias ? t[base + c] + bias[c] : t[base + c];
     xr[c] = xr[c] + add;
   }
   uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
   const float scale = rms_scale(xr, dim, eps, scratch);
+#pragma unroll 8
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
 }
 
@@ -171,14 +192,23 @@ __device__ inline bool beats(float v, int32_t i, float best_v, int32_t best_i) {
   return v > best_v || (v == best_v && i < best_i);
 }
 
-__global__ void argmax_kernel(const float* logits, int64_t vocab, int64_t ld, int32_t* out) {
-  __shared__ float sv[kRowThreads / 32];
-  __shared__ int32_t si[kRowThreads / 32];
+/// One block per row. The winner (larger value, then lower index; NaN never wins) does
+/// not depend on the order the candidates meet in, so the block is as wide as helps: a
+/// 128256-entry row took 1,000 dependent steps a thread at 128 threads.
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int64_t vocab, int64_t ld,
+                                                                int32_t* out) {
+  __shared__ float sv[kArgmaxThreads / 32];
+  __shared__ int32_t si[kArgmaxThreads / 32];
   const float* row = logits + int64_t{blockIdx.x} * ld;
   float best_v = -INFINITY;
   int32_t best_i = INT32_MAX;
-  for (int64_t i = threadIdx.x; i < vocab; i += kRowThreads)
-    if (beats(row[i], static_cast<int32_t>(i), best_v, best_i)) best_v = row[i], best_i = static_cast<int32_t>(i);
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < vocab; i += kArgmaxThreads) {
+    const float v = row[i];
+    if (beats(v, static_cast<int32_t>(i), best_v, best_i)) best_v = v, best_i = static_cast<int32_t>(i);
+  }
   for (int o = 16; o > 0; o >>= 1) {
     const float v = __shfl_xor_sync(detail::kFullMask, best_v, o);
     const int32_t i = __shfl_xor_sync(detail::kFullMask, best_i, o);
@@ -187,7 +217,7 @@ __global__ void argmax_kernel(const float* logits, int64_t vocab, int64_t ld, in
   if (threadIdx.x % 32 == 0) sv[threadIdx.x / 32] = best_v, si[threadIdx.x / 32] = best_i;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kRowThreads / 32; ++w)
+    for (int w = 1; w < kArgmaxThreads / 32; ++w)
       if (beats(sv[w], si[w], best_v, best_i)) best_v = sv[w], best_i = si[w];
     // A row of NaNs (or -inf only) keeps index 0, as the CPU scan does.
     out[blockIdx.x] = best_i == INT32_MAX ? 0 : best_i;
@@ -244,6 +274,15 @@ cudaError_t rms_norm_bf16(const float* x, int64_t ldx, const float* weight, floa
   return detail::launch_status();
 }
 
+cudaError_t embedding_rms_norm_bf16(DType dtype, const void* table, int64_t dim, const int32_t* tokens, int32_t n,
+                                    float* out, int64_t ld_out, const float* weight, float eps, uint16_t* yb,
+                                    int64_t ldyb, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  embedding_rms_norm_bf16_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dtype, table, dim, tokens, out,
+                                                                                      ld_out, weight, eps, yb, ldyb);
+  return cudaGetLastError();
+}
+
 cudaError_t residual_rms_norm_bf16(float* x, const float* t, const float* bias, int64_t ld, const float* weight,
                                    float eps, int64_t rows, int64_t dim, uint16_t* yb, int64_t ldyb,
                                    cudaStream_t stream) {
@@ -274,7 +313,7 @@ cudaError_t qk_norm_rope_kv(float* q, float* k, const float* v, int64_t ld, int3
 
 cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, int64_t ld, int32_t* out, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  argmax_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(logits, vocab, ld, out);
+  argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(logits, vocab, ld, out);
   return detail::launch_status();
 }
 

@@ -57,6 +57,13 @@ cudaError_t f32_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ldx,
 cudaError_t rms_norm_bf16(const float* x, int64_t ldx, const float* weight, float eps, int64_t rows, int64_t dim,
                           uint16_t* yb, int64_t ldyb, cudaStream_t stream);
 
+/// embedding then rms_norm_bf16 of the gathered rows (the first layer's input norm):
+/// out[i, :] = table[tokens[i], :] as float32, yb[i, :] = bf16(rms_norm(out[i, :]) * weight).
+/// table, tokens as embedding(); out: [n, ld_out] written; yb: [n, ldyb] written.
+cudaError_t embedding_rms_norm_bf16(DType dtype, const void* table, int64_t dim, const int32_t* tokens, int32_t n,
+                                    float* out, int64_t ld_out, const float* weight, float eps, uint16_t* yb,
+                                    int64_t ldyb, cudaStream_t stream);
+
 /// The residual add of a projection, then rms_norm_bf16 of the new residual:
 ///   x[r, c] = x[r, c] + (t[r, c] + bias[c])  (bias may be null: + t[r, c]),
 ///   yb[r, :] = bf16(rms_norm(x[r, :]) * weight).

@@ -654,14 +654,17 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   };
   auto enqueue_step = [&](const Step& m) {
     const int32_t rows_total = m.total;
-    if (!skip_rest) cuda_try(cuda::embedding(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H, st), "embedding");
     const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
     // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence
-    // norm, cast / q-k norm, RoPE, KV scatter / attention, cast / residual, next norm, cast /
-    // SiLU gate, cast; 5 small launches per layer besides the GEMMs.
+    // embedding, norm, cast / q-k norm, RoPE, KV scatter / attention, cast / residual, next
+    // norm, cast / SiLU gate, cast; 5 small launches per layer besides the GEMMs.
     if (!skip_rest && c.num_layers > 0)
-      cuda_try(cuda::rms_norm_bf16(d.x, H, d.layers[0].input_norm, eps, rows_total, H, d.xb, H, st), "input norm");
+      cuda_try(cuda::embedding_rms_norm_bf16(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H,
+                                             d.layers[0].input_norm, eps, d.xb, H, st),
+               "embedding + input norm");
+    else if (!skip_rest)
+      cuda_try(cuda::embedding(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H, st), "embedding");
     for (int32_t l = 0; l < c.num_layers; ++l) {
       const Impl::Layer& w = d.layers[static_cast<size_t>(l)];
       // attention block (the input norm of layer l > 0 ran with the previous residual)
@@ -701,9 +704,13 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     }
     // final norm and LM head for the rows that need logits
     if (m.logit_rows > 0) {
-      if (!skip_rest) cuda_try(cuda::gather_rows(d.x, m.lr, m.logit_rows, H, H, d.h, st), "gather");
+      // Every row wants logits (decode steps, chain steps, verify windows): the rows are
+      // in place and the gather, a copy, is left out.
+      const bool all_rows = m.logit_rows == rows_total;
+      if (!skip_rest && !all_rows) cuda_try(cuda::gather_rows(d.x, m.lr, m.logit_rows, H, H, d.h, st), "gather");
       if (!skip_rest)
-        cuda_try(cuda::rms_norm_bf16(d.h, H, d.final_norm, eps, m.logit_rows, H, d.xb, H, st), "final norm");
+        cuda_try(cuda::rms_norm_bf16(all_rows ? d.x : d.h, H, d.final_norm, eps, m.logit_rows, H, d.xb, H, st),
+                 "final norm");
       if (!skip_gemms) gemm(d.g_head, d.xb, d.lm_head, d.logits, m.logit_rows, V, H, "lm_head GEMM");
       if (!skip_rest) cuda_try(cuda::argmax(d.logits, m.logit_rows, V, V, m.argmax, st), "argmax");
     }

@@ -192,6 +192,23 @@ void check_fused(Report& report, cudaStream_t stream) {
                          count_diff(got.download(), ref.download()) + count_diff(x2, xr));
     }
   }
+  {  // embedding_rms_norm_bf16 == embedding, then rms_norm_bf16
+    const int64_t vocab = 1000, dim = 4096, rows = 7;
+    auto table = random_floats(static_cast<size_t>(vocab * dim), 141, -2.0f, 2.0f);
+    std::vector<uint16_t> table_bf16;
+    for (float f : table) table_bf16.push_back(f32_to_bf16(f));
+    const std::vector<int32_t> ids{5, 999, 0, 5, 123, 456, 77};
+    auto w = random_floats(static_cast<size_t>(dim), 142, 0.5f, 1.5f);
+    DeviceBuffer<uint16_t> dtable(table_bf16), ref(static_cast<size_t>(rows * dim)), got(static_cast<size_t>(rows * dim));
+    DeviceBuffer<int32_t> dids(ids);
+    DeviceBuffer<float> dw(w), xref(static_cast<size_t>(rows * dim)), xgot(static_cast<size_t>(rows * dim));
+    CUDA_OK(cuda::embedding(DType::bf16, dtable.get(), dim, dids.get(), static_cast<int32_t>(rows), xref.get(), dim, stream));
+    CUDA_OK(cuda::rms_norm_bf16(xref.get(), dim, dw.get(), eps, rows, dim, ref.get(), dim, stream));
+    CUDA_OK(cuda::embedding_rms_norm_bf16(DType::bf16, dtable.get(), dim, dids.get(), static_cast<int32_t>(rows),
+                                          xgot.get(), dim, dw.get(), eps, got.get(), dim, stream));
+    report.exact_count("fused embedding_rms_norm_bf16 bitwise",
+                       count_diff(got.download(), ref.download()) + count_diff(xgot.download(), xref.download()));
+  }
   {  // silu_gate_bf16 == f32_to_bf16(silu_gate)
     const int64_t rows = 5, n = 14336, ld = 2 * n;
     auto gu = random_floats(static_cast<size_t>(rows * ld), 131, -8.0f, 8.0f);

@@ -117,6 +117,7 @@ struct SpecRun {
   std::vector<int32_t> tokens;
   std::vector<int32_t> accepted_per_round;
   double ms = 0;
+  double prefill_ms = 0, draft_ms = 0, verify_ms = 0;  // parts of ms (the rest: host work between)
 };
 
 /// Greedy draft-model speculation, the engine's round protocol (actors/scheduler_actor):
@@ -141,6 +142,7 @@ SpecRun gpu_spec(CudaTransformer& target, KvStore& kvt, CudaTransformer& draft, 
     gpu_prefill(target, kvt, st, context, LogitsMode::none, lt);
     gpu_prefill(draft, kvd, sd, context, LogitsMode::none, ld);
   }
+  r.prefill_ms = ms_since(t0);
   std::vector<int32_t> window;
   while (static_cast<int32_t>(r.tokens.size()) < max_new) {
     const auto len = static_cast<int32_t>(seq.size());  // target has len - 1 committed
@@ -149,6 +151,7 @@ SpecRun gpu_spec(CudaTransformer& target, KvStore& kvt, CudaTransformer& draft, 
     kvd.reserve(sd, len + gamma - 1);
     window.assign(seq.begin() + dl, seq.end());
     std::vector<int32_t> drafts;
+    const auto td = Clock::now();
     if (chain) {
       const ForwardWindow w{sd, window, LogitsMode::last};
       draft.forward_greedy_chain({&w, 1}, gamma, kvd, drafts);
@@ -162,12 +165,15 @@ SpecRun gpu_spec(CudaTransformer& target, KvStore& kvt, CudaTransformer& draft, 
       draft.forward({&w, 1}, kvd, ld);
       drafts.push_back(ld.argmax(0));
     }
+    r.draft_ms += ms_since(td);
     // Verify [pending, d1..dg].
     window.assign(1, seq.back());
     window.insert(window.end(), drafts.begin(), drafts.end());
     kvt.reserve(st, len + gamma);
     const ForwardWindow w{st, window, LogitsMode::all};
+    const auto tv = Clock::now();
     target.forward({&w, 1}, kvt, lt);
+    r.verify_ms += ms_since(tv);
     int32_t k = 0;
     while (k < gamma && lt.argmax(0, k) == drafts[static_cast<size_t>(k)]) ++k;
     const int32_t bonus = lt.argmax(0, k);
@@ -675,6 +681,21 @@ int main(int argc, char** argv) {
           ms.push_back(total);
         }
         const double tps = tokens_total / (median(ms) / 1e3);
+        // Where one sweep of the best gamma spends its time (chain on).
+        SpecRun sum;
+        size_t rounds = 0;
+        for (const auto& c : cases) {
+          const SpecRun r = gpu_spec(gt, kvt, gd, kvd, c["prompt_ids"].get<std::vector<int32_t>>(), 96, best_gamma);
+          sum.ms += r.ms;
+          sum.prefill_ms += r.prefill_ms;
+          sum.draft_ms += r.draft_ms;
+          sum.verify_ms += r.verify_ms;
+          rounds += r.accepted_per_round.size();
+        }
+        t["spec_best_breakdown_ms"] = {{"total", sum.ms}, {"prefill", sum.prefill_ms}, {"draft", sum.draft_ms},
+                                       {"verify", sum.verify_ms},
+                                       {"host_between", sum.ms - sum.prefill_ms - sum.draft_ms - sum.verify_ms},
+                                       {"rounds", rounds}};
         t["spec_best_without_chain"] = {{"gamma", best_gamma}, {"tok_s", tps},
                                         {"speedup_vs_plain", tps / t["plain"]["tok_s"].get<double>()}};
       }
