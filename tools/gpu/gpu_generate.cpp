@@ -28,6 +28,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -401,6 +402,7 @@ int main(int argc, char** argv) {
   int repeat = 3;
   size_t max_cases = 1000;
   CudaTransformerOptions gpu_options;
+  std::optional<CudaGemm> draft_gemm;  // the draft model's own GEMM (default: --gemm's)
   bool timing = true;
   double tie_tol = 0.05;  // BF16 GPU vs float32 reference: logits differ by ~1e-2
   double logit_tol = 0.25;
@@ -430,18 +432,21 @@ int main(int argc, char** argv) {
     else if (a == "--context") context = std::stoi(next());
     else if (a == "--seed") seed = std::stoull(next());
     else if (a == "--iters") iters = std::stoi(next());
-    else if (a == "--gemm") {
+    else if (a == "--gemm" || a == "--draft-gemm") {
       const std::string g = next();
       if (g != "cublaslt" && g != "rows") {
-        std::fprintf(stderr, "--gemm: cublaslt or rows\n");
+        std::fprintf(stderr, "%s: cublaslt or rows\n", a.c_str());
         return 2;
       }
-      gpu_options.gemm = g == "rows" ? CudaGemm::rows : CudaGemm::cublaslt;
+      const CudaGemm choice = g == "rows" ? CudaGemm::rows : CudaGemm::cublaslt;
+      if (a == "--gemm") gpu_options.gemm = choice;
+      else draft_gemm = choice;
     }
     else {
       std::fprintf(stderr,
                    "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--repeat N] [--no-timing] "
-                   "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm cublaslt|rows] [--no-graphs] "
+                   "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm cublaslt|rows] [--draft-gemm cublaslt|rows] "
+                   "[--no-graphs] "
                    "[--synthetic NAME [--context N] [--seed S] [--iters N]]\n",
                    argv[0]);
       return 2;
@@ -476,8 +481,11 @@ int main(int argc, char** argv) {
     for (const auto& c : cases) max_ctx = std::max<int32_t>(max_ctx, static_cast<int32_t>(c["prompt_ids"].size()));
     const int32_t blocks = (max_ctx + 96 + 16 + 16) / 16 + 2;
     CudaTransformer gt(cpu_target->config(), cpu_target->weights(), blocks, 16, gpu_options);
-    CudaTransformer gd(cpu_draft->config(), cpu_draft->weights(), blocks, 16, gpu_options);
+    CudaTransformerOptions draft_options = gpu_options;
+    if (draft_gemm) draft_options.gemm = *draft_gemm;
+    CudaTransformer gd(cpu_draft->config(), cpu_draft->weights(), blocks, 16, draft_options);
     report["gemm"] = gpu_options.gemm == CudaGemm::rows ? "gemm_rows_bf16" : "cublaslt (pinned)";
+    report["draft_gemm"] = draft_options.gemm == CudaGemm::rows ? "gemm_rows_bf16" : "cublaslt (pinned)";
     KvStore kvt(gt.kv_config()), kvd(gd.kv_config());
     report["load_ms"] = ms_since(t_load);
     {
