@@ -12,7 +12,7 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-const KvStoreConfig& validated(const KvStoreConfig& config) {
+const KvStoreConfig& validated(const KvStoreConfig& config, bool has_copier) {
   const std::pair<const char*, int32_t> sizes[] = {{"num_layers", config.num_layers},
                                                    {"num_kv_heads", config.num_kv_heads},
                                                    {"head_dim", config.head_dim},
@@ -22,20 +22,21 @@ const KvStoreConfig& validated(const KvStoreConfig& config) {
     if (value < 1)
       fail(ErrorCode::invalid_argument, "KV store config: {} must be >= 1, got {}", name, value);
   }
-  if (!config.host_tensors && config.prefix_cache)
+  if (!config.host_tensors && config.prefix_cache && !has_copier)
     fail(ErrorCode::invalid_argument,
-         "KV store config: a store without host tensors cannot use the prefix cache (shared blocks are copied on the "
-         "host)");
+         "KV store config: a store without host tensors needs a block copier for the prefix cache (copy-on-write of "
+         "a shared block happens where the pool lives)");
   return config;
 }
 
 }  // namespace
 
-KvStore::KvStore(const KvStoreConfig& config)
-    : config_(validated(config)),
+KvStore::KvStore(const KvStoreConfig& config, BlockCopier copier)
+    : config_(validated(config, static_cast<bool>(copier))),
       pool_(config.num_blocks),
       tensors_(config.num_layers, config.num_blocks, config.block_size, config.num_kv_heads,
-               config.head_dim, config.host_tensors) {}
+               config.head_dim, config.host_tensors),
+      copier_(config.host_tensors ? BlockCopier{} : std::move(copier)) {}
 
 KvStore::~KvStore() = default;
 KvStore::KvStore(KvStore&&) noexcept = default;
@@ -137,7 +138,8 @@ void KvStore::reserve(SeqId seq, int32_t new_length) {
       // become writable (the sequence was truncated into it).
       const int32_t old_block = s.table[i];
       const int32_t new_block = take_block();
-      tensors_.copy_block(old_block, new_block);
+      if (copier_) copier_(old_block, new_block);  // the pool is on a device
+      else tensors_.copy_block(old_block, new_block);
       s.table[i] = new_block;
       pool_.release(old_block);
     }

@@ -8,6 +8,7 @@
 /// leaves the store as it was.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -27,10 +28,16 @@ struct KvStoreConfig {
   int32_t num_blocks = 0;
   bool prefix_cache = true;
   /// false: the store keeps only the books (block tables, slots, lengths) and the pool
-  /// lives elsewhere (a device model's memory). Needs prefix_cache off: copy-on-write of
-  /// shared blocks copies host tensors.
+  /// lives elsewhere (a device model's memory). With the prefix cache on, the owner of
+  /// that pool then copies blocks for copy-on-write (KvStore's BlockCopier).
   bool host_tensors = true;
 };
+
+/// Copies pool block `src` to block `dst` (every layer, K and V) where the pool lives.
+/// A store without host tensors calls it for copy-on-write of a shared block; it must
+/// not fail, and the copy must land before the next forward reads or writes `dst` (a
+/// device model queues it in front of its next forward: model/forward_model.h).
+using BlockCopier = std::function<void(int32_t src, int32_t dst)>;
 
 /// Sequence ids are handed out 0, 1, 2, ... and never reused.
 using SeqId = int64_t;
@@ -46,7 +53,9 @@ struct KvOccupancy {
 class KvStore {
  public:
   /// Every size in `config` must be >= 1; throws Error(invalid_argument) naming the field.
-  explicit KvStore(const KvStoreConfig& config);
+  /// A store without host tensors and with the prefix cache needs `copier` (else
+  /// invalid_argument); a store with host tensors copies them itself and ignores it.
+  explicit KvStore(const KvStoreConfig& config, BlockCopier copier = {});
   ~KvStore();
   KvStore(KvStore&&) noexcept;
   KvStore& operator=(KvStore&&) noexcept;
@@ -121,6 +130,7 @@ class KvStore {
   BlockPool pool_;
   PrefixCache prefix_cache_;
   KvTensors tensors_;
+  BlockCopier copier_;  // host_tensors off: copy-on-write goes through it
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> sequences_;  // live ones only
   SeqId next_id_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "kvstore/kv_tensors.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -92,16 +93,43 @@ TEST(KvTensors, BookkeepingOnlyStoreHoldsNoPool) {
   store.check_invariants();
 }
 
-TEST(KvTensors, BookkeepingOnlyStoreRefusesThePrefixCache) {
+TEST(KvTensors, BookkeepingOnlyStoreNeedsABlockCopierForThePrefixCache) {
   KvStoreConfig c{.num_layers = 1, .num_kv_heads = 1, .head_dim = 4, .block_size = 4, .num_blocks = 8,
                   .prefix_cache = true, .host_tensors = false};
   try {
     KvStore store(c);
-    FAIL() << "prefix cache without host tensors must be refused";
+    FAIL() << "prefix cache without host tensors or a block copier must be refused";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("prefix cache"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("block copier"), std::string::npos) << e.what();
   }
+}
+
+// With a copier (a device model's), copy-on-write of a shared prefix block asks it to
+// copy the block where the pool lives, and the books follow as on the host.
+TEST(KvTensors, BookkeepingOnlyStoreCopiesSharedBlocksThroughItsCopier) {
+  KvStoreConfig c{.num_layers = 1, .num_kv_heads = 1, .head_dim = 4, .block_size = 16, .num_blocks = 8,
+                  .prefix_cache = true, .host_tensors = false};
+  std::vector<std::pair<int32_t, int32_t>> copies;
+  KvStore store(c, [&](int32_t src, int32_t dst) { copies.emplace_back(src, dst); });
+  std::vector<int32_t> prompt(40);
+  for (int32_t i = 0; i < 40; ++i) prompt[static_cast<size_t>(i)] = 100 + i;
+  const SeqId a = store.add_sequence(prompt);
+  store.reserve(a, 40);
+  store.commit(a, prompt);
+  const std::vector<int32_t> table_a(store.block_table(a).begin(), store.block_table(a).end());
+  const SeqId b = store.add_sequence(prompt);
+  ASSERT_EQ(store.length(b), 32);  // two cached full blocks, shared
+  store.truncate(b, 20);          // into the shared second block
+  EXPECT_TRUE(copies.empty());
+  store.reserve(b, 24);
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].first, table_a[1]);
+  EXPECT_EQ(copies[0].second, store.block_table(b)[1]);
+  EXPECT_NE(store.block_table(b)[1], table_a[1]);
+  EXPECT_EQ(store.block_table(b)[0], table_a[0]);  // the untouched prefix stays shared
+  EXPECT_EQ(std::vector<int32_t>(store.block_table(a).begin(), store.block_table(a).end()), table_a);
+  store.check_invariants();
 }
 
 }  // namespace
