@@ -26,11 +26,6 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     fail(ErrorCode::invalid_argument, "slots.drafter.gamma must be in [0, {}]", c.drafter.max_gamma);
   const Device device = Device::parse(c.device);
   const bool on_device = device.kind != DeviceKind::cpu;
-  if (on_device && c.slots.kv_write != "direct")
-    fail(ErrorCode::unsupported,
-         "slots.kv_write: plugin '{}' stages K/V rows in host memory; on {} the K/V stay in the device pool, so only "
-         "the direct strategy runs there",
-         c.slots.kv_write, device.to_string());
   // A device forward takes a bounded number of tokens: a round's verify windows (every
   // sequence's gamma + 1, plus a recomputed token) and a prefill chunk must fit.
   constexpr int32_t kDeviceForwardTokens = 1024;
@@ -69,20 +64,27 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                   .scheduler = {},
                   .prefill_chunk = c.scheduler.prefill_chunk};
   KvStoreConfig kv_config = p.target->kv_config(blocks, c.kv.block_size);
-  if (c.kv.prefix_cache && !kv_config.host_tensors)
-    spdlog::info("kv.prefix_cache: off on {} (shared blocks are copied through host tensors a device pool lacks)",
-                 device.to_string());
-  kv_config.prefix_cache = c.kv.prefix_cache && kv_config.host_tensors;
-  p.kv = std::make_shared<KvStore>(kv_config);
+  kv_config.prefix_cache = c.kv.prefix_cache;
+  // On a device the pool is the target model's: it copies shared blocks (copy-on-write).
+  // The copier holds the model, so the store never outlives the pool it books.
+  BlockCopier copier;
+  if (BlockCopier device_copy = p.target->block_copier())
+    copier = [model = p.target, device_copy](int32_t src, int32_t dst) { device_copy(src, dst); };
+  p.kv = std::make_shared<KvStore>(kv_config, std::move(copier));
   // Strategy plugins are loaded and checked before anything runs: a refusal names the
   // file and the reason (pipeline/plugin_library.h).
   auto plugin_for = [&](const std::string& name, const std::string& slot) {
     for (const PluginConfig& pc : c.plugins)
       if (pc.name == name) {
         const auto library = PluginLibrary::load(pc.path);
+        // On a device the plugin's host services work on the target's pool (the plugin
+        // holds the model through it: it is destroyed before the pool it writes).
+        std::shared_ptr<DeviceKvPool> pool;
+        if (DeviceKvPool* device_pool = p.target->device_kv_pool())
+          pool = std::shared_ptr<DeviceKvPool>(p.target, device_pool);
         return std::make_shared<PluginInstance>(
-            library, slot, describe_model(*p.kv, c.drafter.max_gamma, c.scheduler.max_batch),
-            nlohmann::json::parse(pc.config_json), p.kv.get());
+            library, slot, describe_model(*p.kv, c.drafter.max_gamma, c.scheduler.max_batch, device),
+            nlohmann::json::parse(pc.config_json), p.kv.get(), std::move(pool));
       }
     fail(ErrorCode::invalid_argument, "slots.{}.type: plugin '{}' is not declared under plugins", slot, name);
   };

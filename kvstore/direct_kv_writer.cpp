@@ -35,6 +35,11 @@ void DirectKvWriter::begin_round(std::span<const WindowPlacement> windows) {
 
 void DirectKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> windows) {
   for (const WindowKvRows& w : windows) {
+    // Rows a device forward kept out of its pool for a staging sink cannot be written from
+    // here (that sink drops them instead: pipeline/plugin_kv_writer.cpp).
+    if (w.on_device)
+      fail(ErrorCode::internal, "direct kv_write: layer {} rows of sequence {} are device rows kept out of the pool",
+           layer, w.seq);
     // Null rows: a device forward already wrote them into its own pool; only count them.
     if (w.k != nullptr || w.v != nullptr) write_rows_to_pool(store_, layer, w.seq, w.start_pos, w.n, w.k, w.v, w.ld);
     stats_.rows_written += w.n;

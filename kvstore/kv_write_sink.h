@@ -26,6 +26,9 @@ struct WindowKvRows {
   const float* k;
   const float* v;     ///< [n, ld]; read
   int64_t ld;
+  /// k and v are device memory (the pool's device): a device model's rows of a round
+  /// the sink stages (stages_rows()), kept out of the pool. The host cannot read them.
+  bool on_device = false;
 };
 
 /// A verify window of one sequence: positions [start, start + n).
@@ -58,6 +61,10 @@ class KvWriteSink {
   /// A verify round starts (the forward follows): its windows, positions reserved.
   /// Prefill forwards call write_layer without a round.
   virtual void begin_round(std::span<const WindowPlacement> /*windows*/) {}
+  /// Whether the rows of the round begun last go to this sink instead of the pool: a
+  /// device model then keeps them out of its pool and hands write_layer device rows
+  /// (WindowKvRows::on_device). Asked before the round's forward.
+  virtual bool stages_rows() const { return false; }
   /// Called once per layer of every forward, layers in ascending order.
   virtual void write_layer(int32_t layer, std::span<const WindowKvRows> windows) = 0;
   /// The round's verdicts. Returns false if the accepted rows are not in the pool (a

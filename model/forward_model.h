@@ -9,8 +9,9 @@
 /// different n. Each window starts at its sequence's committed KV length (or an explicit
 /// later start); attention reads the committed prefix from the paged pool and the
 /// window's own K/V from a dense window buffer.
-#include <cstdint>
 #include <climits>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
@@ -72,7 +73,8 @@ class Logits {
 
 /// The KvStore layout of a pool of `num_blocks` blocks of `block_size` tokens for a model
 /// of `config`. device_pool: the pool lives in a device model's memory and the store
-/// keeps only the books (host tensors and prefix cache off).
+/// keeps only the books (host tensors off; prefix cache off unless the store is given
+/// the model's block_copier()).
 KvStoreConfig kv_store_layout(const ModelConfig& config, int32_t num_blocks, int32_t block_size, bool device_pool);
 
 /// Logits rows a window asks for.
@@ -89,6 +91,26 @@ inline int32_t logit_rows(const ForwardWindow& w) {
 /// later steps of a greedy chain).
 std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const KvStore& kv,
                                    const ModelConfig& config, int32_t extra = 0);
+
+/// A device model's KV pool seen as memory, for a kv_write strategy that moves K/V rows
+/// itself (the plugin host API: pipeline/plugin_instance.h). Every call is ordered on
+/// the model's stream and may come from any thread; the model serialises them with its
+/// forwards.
+class DeviceKvPool {
+ public:
+  virtual ~DeviceKvPool() = default;
+  virtual Device device() const = 0;
+  /// The model's stream (a cudaStream_t), the one every call below is ordered on.
+  virtual void* stream_handle() const = 0;
+  /// `bytes` of device memory, or nullptr when the device has none left.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* ptr) = 0;
+  /// Copies `bytes` (device or host memory on either side). Throws Error on failure.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  /// Rows [0, n) of k and v ([n, kv_dim] float32, device memory) into the pool of `layer`
+  /// at slots[0..n) (host memory; the caller checks them). Throws Error on failure.
+  virtual void write_slots(int32_t layer, const float* k, const float* v, const int64_t* slots, int64_t n) = 0;
+};
 
 class ForwardModel {
  public:
@@ -107,6 +129,13 @@ class ForwardModel {
   /// Device models: allocates the device pool (once, before the first forward). CPU:
   /// nothing to do (the store allocates).
   virtual void allocate_kv_pool(int32_t /*num_blocks*/, int32_t /*block_size*/) {}
+  /// Device models: copies a pool block on the device for the store's copy-on-write
+  /// (KvStore's BlockCopier), queued in front of the next forward; callable from any
+  /// thread. CPU: none (the store copies its host tensors).
+  virtual BlockCopier block_copier() { return {}; }
+  /// Device models: the pool as memory for a staging kv_write strategy (valid as long as
+  /// the model). CPU: null (the store's host tensors are the pool).
+  virtual DeviceKvPool* device_kv_pool() { return nullptr; }
   /// Bytes one block of `block_size` tokens takes in the pool (K and V, every layer).
   int64_t kv_block_bytes(int32_t block_size) const {
     return int64_t{2} * config().num_layers * block_size * config().kv_dim() * static_cast<int64_t>(sizeof(float));
@@ -119,7 +148,8 @@ class ForwardModel {
   /// Runs every window through the model. Preconditions (checked, see window_starts):
   /// each window's sequence has reserved [start, start + n) in `kv`. The windows' K/V go
   /// to `sink` layer by layer (a device model writes them into its pool and reports the
-  /// rows with null pointers: kvstore/kv_write_sink.h); `kv` is only read. Not
+  /// rows with null pointers, or, when the sink stages_rows(), keeps them out of the
+  /// pool and reports device rows: kvstore/kv_write_sink.h); `kv` is only read. Not
   /// re-entrant: one forward at a time per model (it owns its scratch).
   virtual void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                        Logits& out) = 0;

@@ -28,7 +28,7 @@ struct KvConfig {
   /// memory_fraction of the device memory the weights left free.
   int64_t tokens = 16384;
   int32_t block_size = 16;  ///< tokens per block
-  bool prefix_cache = true; ///< CPU only: a device pool keeps no host copy to share blocks from
+  bool prefix_cache = true; ///< on a device the target model copies shared blocks (copy-on-write)
   float memory_fraction = 0.9f;
 };
 

@@ -9,7 +9,7 @@
 
 namespace specpipe {
 
-specpipe_model_desc describe_model(const KvStore& kv, int32_t max_gamma, int32_t max_batch) {
+specpipe_model_desc describe_model(const KvStore& kv, int32_t max_gamma, int32_t max_batch, Device device) {
   const KvStoreConfig& c = kv.config();
   specpipe_model_desc m{};
   m.struct_size = sizeof(specpipe_model_desc);
@@ -20,13 +20,15 @@ specpipe_model_desc describe_model(const KvStore& kv, int32_t max_gamma, int32_t
   m.block_size = c.block_size;
   m.max_gamma = max_gamma;
   m.max_batch = max_batch;
-  m.device = {kDLCPU, 0};
+  m.device = device.kind == DeviceKind::cuda ? DLDevice{kDLCUDA, device.index} : DLDevice{kDLCPU, 0};
   return m;
 }
 
 PluginInstance::PluginInstance(std::shared_ptr<const PluginLibrary> library, std::string slot,
-                               const specpipe_model_desc& model, const nlohmann::json& config, KvStore* kv)
-    : library_(std::move(library)), slot_(std::move(slot)), kv_(kv), model_(model) {
+                               const specpipe_model_desc& model, const nlohmann::json& config, KvStore* kv,
+                               std::shared_ptr<DeviceKvPool> device_pool)
+    : library_(std::move(library)), slot_(std::move(slot)), kv_(kv), device_pool_(std::move(device_pool)),
+      model_(model) {
   if (!library_->fills(slot_))
     fail(ErrorCode::invalid_argument, "plugin {}: does not fill slot {} (it fills: {})", library_->path().string(),
          slot_, library_->table().slots);
@@ -113,9 +115,11 @@ specpipe_status PluginInstance::write_slots(void* host, int32_t layer, const DLT
   if (!kv || !k_rows || !v_rows || (n > 0 && !slots) || n < 0) return SPECPIPE_ERR_INVALID_ARGUMENT;
   KvTensors& t = kv->tensors();
   const int64_t dim = t.slot_stride();
+  // Rows live where the pool does (DLPack device type), float32, dense.
   auto ok = [&](const DLTensor* x) {
     return x->ndim == 2 && x->shape[0] >= n && x->shape[1] == dim && x->dtype.code == kDLFloat &&
-           x->dtype.bits == 32 && x->strides == nullptr && x->data;
+           x->dtype.bits == 32 && x->strides == nullptr && x->data &&
+           x->device.device_type == self->model_.device.device_type;
   };
   const int64_t total_slots = int64_t{kv->config().num_blocks} * kv->config().block_size;
   if (layer < 0 || layer >= t.num_layers() || !ok(k_rows) || !ok(v_rows)) return SPECPIPE_ERR_INVALID_ARGUMENT;
@@ -123,6 +127,16 @@ specpipe_status PluginInstance::write_slots(void* host, int32_t layer, const DLT
     if (slots[i] < 0 || slots[i] >= total_slots) return SPECPIPE_ERR_INVALID_ARGUMENT;
   const auto* k = reinterpret_cast<const float*>(static_cast<const char*>(k_rows->data) + k_rows->byte_offset);
   const auto* v = reinterpret_cast<const float*>(static_cast<const char*>(v_rows->data) + v_rows->byte_offset);
+  if (self->device_pool_) {
+    try {
+      self->device_pool_->write_slots(layer, k, v, slots, n);
+    } catch (const std::exception& e) {
+      spdlog::error("plugin {}: write_slots on the device: {}", self->name(), e.what());
+      return SPECPIPE_ERR_INTERNAL;
+    }
+    self->rows_written_ += n;
+    return SPECPIPE_OK;
+  }
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(t.k(layer) + slots[i] * dim, k + i * dim, static_cast<size_t>(dim) * sizeof(float));
     std::memcpy(t.v(layer) + slots[i] * dim, v + i * dim, static_cast<size_t>(dim) * sizeof(float));
@@ -131,15 +145,35 @@ specpipe_status PluginInstance::write_slots(void* host, int32_t layer, const DLT
   return SPECPIPE_OK;
 }
 
-void* PluginInstance::alloc_device(void*, size_t bytes) {
+void* PluginInstance::alloc_device(void* host, size_t bytes) {
+  auto* self = static_cast<PluginInstance*>(host);
+  if (self->device_pool_) return self->device_pool_->allocate(bytes);  // 256-byte aligned (cudaMalloc)
   return std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
 }
 
-void PluginInstance::free_device(void*, void* ptr) { std::free(ptr); }
+void PluginInstance::free_device(void* host, void* ptr) {
+  auto* self = static_cast<PluginInstance*>(host);
+  if (!self->device_pool_) return std::free(ptr);
+  try {
+    self->device_pool_->release(ptr);
+  } catch (const std::exception& e) {  // a free cannot fail back to the plugin
+    spdlog::error("plugin {}: free_device: {}", self->name(), e.what());
+  }
+}
 
-specpipe_status PluginInstance::copy(void*, void* dst, const void* src, size_t bytes, specpipe_stream) {
+specpipe_status PluginInstance::copy(void* host, void* dst, const void* src, size_t bytes, specpipe_stream) {
+  auto* self = static_cast<PluginInstance*>(host);
   if (bytes && (!dst || !src)) return SPECPIPE_ERR_INVALID_ARGUMENT;
-  std::memmove(dst, src, bytes);
+  if (!self->device_pool_) {
+    std::memmove(dst, src, bytes);
+    return SPECPIPE_OK;
+  }
+  try {
+    self->device_pool_->copy(dst, src, bytes);  // ordered on the pool's stream
+  } catch (const std::exception& e) {
+    spdlog::error("plugin {}: copy on the device: {}", self->name(), e.what());
+    return SPECPIPE_ERR_INTERNAL;
+  }
   return SPECPIPE_OK;
 }
 

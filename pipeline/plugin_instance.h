@@ -11,7 +11,9 @@
 #include <memory>
 #include <string>
 
+#include "core/device.h"
 #include "kvstore/kv_store.h"
+#include "model/forward_model.h"
 #include "pipeline/plugin_library.h"
 
 namespace specpipe {
@@ -19,10 +21,12 @@ namespace specpipe {
 class PluginInstance {
  public:
   /// Creates the instance: `config` is the plugin's config block, `kv` the target KV store
-  /// (write_slots target; may be null for slots that write no KV). Throws Error
-  /// (invalid_argument) naming the file and the plugin's message if create() refuses.
+  /// (write_slots target; may be null for slots that write no KV). `device_pool`: the
+  /// target model's pool when it lives on a device (null on the CPU): the host services
+  /// then allocate, copy and write there, on its stream. Throws Error (invalid_argument)
+  /// naming the file and the plugin's message if create() refuses.
   PluginInstance(std::shared_ptr<const PluginLibrary> library, std::string slot, const specpipe_model_desc& model,
-                 const nlohmann::json& config, KvStore* kv);
+                 const nlohmann::json& config, KvStore* kv, std::shared_ptr<DeviceKvPool> device_pool = nullptr);
   ~PluginInstance();
   PluginInstance(const PluginInstance&) = delete;
   PluginInstance& operator=(const PluginInstance&) = delete;
@@ -31,6 +35,9 @@ class PluginInstance {
   void* handle() const { return instance_; }
   const std::string& name() const { return library_->name(); }
   const std::string& slot() const { return slot_; }
+  const specpipe_model_desc& model() const { return model_; }
+  /// The stream the hooks get: the device pool's (a cudaStream_t) or NULL on the CPU.
+  specpipe_stream stream() const { return device_pool_ ? device_pool_->stream_handle() : nullptr; }
 
   /// Calls a hook: fn(error, error_size) -> status. Returns the status, or
   /// SPECPIPE_ERR_INTERNAL if the hook threw or answered outside [-4, 1]. The message of
@@ -64,6 +71,7 @@ class PluginInstance {
   std::shared_ptr<const PluginLibrary> library_;
   std::string slot_;
   KvStore* kv_;
+  std::shared_ptr<DeviceKvPool> device_pool_;
   specpipe_host_api host_{};
   specpipe_model_desc model_{};
   void* instance_ = nullptr;
@@ -73,7 +81,7 @@ class PluginInstance {
   int64_t rows_written_ = 0;
 };
 
-/// The model description a plugin is created with.
-specpipe_model_desc describe_model(const KvStore& kv, int32_t max_gamma, int32_t max_batch);
+/// The model description a plugin is created with; `device` is where the pool lives.
+specpipe_model_desc describe_model(const KvStore& kv, int32_t max_gamma, int32_t max_batch, Device device = {});
 
 }  // namespace specpipe

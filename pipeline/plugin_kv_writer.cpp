@@ -8,10 +8,10 @@
 namespace specpipe {
 namespace {
 
-DLTensor rows_tensor(const float* data, int64_t* shape) {
+DLTensor rows_tensor(const float* data, int64_t* shape, DLDevice device) {
   DLTensor t{};
   t.data = const_cast<float*>(data);
-  t.device = {kDLCPU, 0};
+  t.device = device;
   t.ndim = 2;
   t.dtype = {kDLFloat, 32, 1};
   t.shape = shape;
@@ -62,6 +62,10 @@ specpipe_status PluginKvWriter::stage(int32_t layer, std::span<const WindowKvRow
   }
   const float* k = windows.empty() ? nullptr : windows[0].k;
   const float* v = windows.empty() ? nullptr : windows[0].v;
+  const bool on_device = !windows.empty() && windows[0].on_device;
+  // A device model hands one dense block (its staging buffer); the host cannot gather.
+  if (!dense && on_device)
+    fail(ErrorCode::internal, "kv_write plugin: layer {} device rows are not one dense block", layer);
   if (!dense) {
     gather_k_.resize(static_cast<size_t>(rows * dim));
     gather_v_.resize(gather_k_.size());
@@ -75,18 +79,22 @@ specpipe_status PluginKvWriter::stage(int32_t layer, std::span<const WindowKvRow
     v = gather_v_.data();
   }
   int64_t shape[2] = {rows, dim};
-  const DLTensor kt = rows_tensor(k, shape), vt = rows_tensor(v, shape);
+  const DLDevice device = on_device ? plugin_->model().device : DLDevice{kDLCPU, 0};
+  const DLTensor kt = rows_tensor(k, shape, device), vt = rows_tensor(v, shape, device);
   const specpipe_layer_rows desc{layer, &kt, &vt};
   return plugin_->call("stage", [&](char* err, size_t n) {
-    return plugin_->table().kv_write->stage(plugin_->handle(), &desc, nullptr, err, n);
+    return plugin_->table().kv_write->stage(plugin_->handle(), &desc, plugin_->stream(), err, n);
   });
 }
 
 void PluginKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> windows) {
-  for (const WindowKvRows& w : windows)
-    if (w.k == nullptr || w.v == nullptr)
-      fail(ErrorCode::internal, "kv_write plugin: rows of layer {} are in a device pool, not in host memory", layer);
   if (mode_ == Mode::staged) {
+    // Null rows outside a staged round are a device pool's own writes (the direct path
+    // counts them); in one they mean the forward did not keep them out of its pool.
+    for (const WindowKvRows& w : windows)
+      if (w.k == nullptr || w.v == nullptr)
+        fail(ErrorCode::internal, "kv_write plugin: the staged round's rows of layer {} went into the device pool",
+             layer);
     const specpipe_status s = stage(layer, windows);
     if (s == SPECPIPE_OK) return;
     // Layers before this one live only in the plugin's buffer: write the rest directly
@@ -96,6 +104,9 @@ void PluginKvWriter::write_layer(int32_t layer, std::span<const WindowKvRows> wi
     mode_ = Mode::broken;
     direct_.begin_round(round_);  // the rest of this round's rows are round rows, not prefill
   }
+  // A broken round's device rows were kept out of the pool and cannot be written from
+  // here; nothing needs them: the round's accepted tokens are recomputed.
+  if (mode_ == Mode::broken && !windows.empty() && windows[0].on_device) return;
   direct_.write_layer(layer, windows);  // no round (prefill), direct, or broken
 }
 
@@ -123,7 +134,7 @@ bool PluginKvWriter::commit_round(std::span<const WindowCommit> verdicts) {
   const int64_t written_before = plugin_->pool_rows_written();
   const specpipe_status s = plugin_->call("commit", [&](char* err, size_t n) {
     return plugin_->table().kv_write->commit(plugin_->handle(), descs.data(), static_cast<int32_t>(descs.size()),
-                                            nullptr, err, n);
+                                            plugin_->stream(), err, n);
   });
   stats_.rows_written += plugin_->pool_rows_written() - written_before;
   if (s != SPECPIPE_OK) {

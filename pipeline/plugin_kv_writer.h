@@ -5,6 +5,10 @@
 /// directly; a failure mid-round makes commit_round() report that the accepted rows are
 /// not in the pool, so the caller recomputes them (the pool never holds a half-committed
 /// token, since lengths only advance after a successful commit).
+///
+/// On a device the rows of a staged round are device rows the model kept out of its
+/// pool (stages_rows()); the plugin copies them and writes the accepted ones through the
+/// host services, which then work on the device pool (pipeline/plugin_instance.h).
 #include <memory>
 #include <vector>
 
@@ -18,6 +22,7 @@ class PluginKvWriter final : public KvWriteSink {
   PluginKvWriter(KvStore& store, std::shared_ptr<PluginInstance> plugin);
 
   void begin_round(std::span<const WindowPlacement> windows) override;
+  bool stages_rows() const override { return mode_ == Mode::staged; }
   void write_layer(int32_t layer, std::span<const WindowKvRows> windows) override;
   bool commit_round(std::span<const WindowCommit> verdicts) override;
   void abort_round() override;

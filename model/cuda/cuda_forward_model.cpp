@@ -59,6 +59,12 @@ void register_cuda_events() {
   std::call_once(once, [] { register_event_recorder(DeviceKind::cuda, &record_cuda_event); });
 }
 
+int32_t CudaForwardModel::current_device() {
+  int device = 0;
+  cuda_try(cudaGetDevice(&device), "cudaGetDevice");  // the constructor of model_ set it
+  return device;
+}
+
 DeviceMemory device_memory(int32_t device) {
   cuda_try(cudaSetDevice(device), "cudaSetDevice");
   DeviceMemory m;
@@ -67,10 +73,7 @@ DeviceMemory device_memory(int32_t device) {
 }
 
 CudaForwardModel::CudaForwardModel(std::unique_ptr<CudaTransformer> model)
-    : model_(std::move(model)), device_{DeviceKind::cuda, 0} {
-  int device = 0;
-  cuda_try(cudaGetDevice(&device), "cudaGetDevice");  // the constructor of model_ set it
-  device_.index = device;
+    : model_(std::move(model)), device_{DeviceKind::cuda, current_device()}, pool_(*model_, device_) {
   register_cuda_events();
 }
 
@@ -85,12 +88,20 @@ void CudaForwardModel::allocate_kv_pool(int32_t num_blocks, int32_t block_size) 
   model_->allocate_kv_pool(num_blocks, block_size);
 }
 
+BlockCopier CudaForwardModel::block_copier() {
+  CudaTransformer* model = model_.get();  // the store is built and dropped with the pipeline that owns this model
+  return [model](int32_t src, int32_t dst) { model->queue_block_copy(src, dst); };
+}
+
 void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                                Logits& out) {
   // Greedy-only forwards bring back each row's argmax alone (computed on the device).
   bool ids_only = true;
   for (const ForwardWindow& w : windows) ids_only = ids_only && w.ids_only;
   model_->set_copy_logits(!ids_only);
+  // A staging sink (NWOR) takes the round's rows instead of the pool.
+  const bool staged = sink.stages_rows();
+  model_->set_stage_rows(staged);
   model_->forward(windows, kv, logits_);  // checks the windows (window_starts)
   rows_.clear();
   for (size_t w = 0; w < windows.size(); ++w) rows_.push_back(logits_.rows(w));
@@ -109,13 +120,13 @@ void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvS
         at += row.size();
       }
   }
-  // The rows are in the device pool already: tell the sink (it counts them).
+  // The rows are in the device pool already (the sink counts them) or staged.
   std::vector<int32_t> starts, counts;
   for (const ForwardWindow& w : windows) {
     starts.push_back(w.start < 0 ? kv.length(w.seq) : w.start);
     counts.push_back(static_cast<int32_t>(w.tokens.size()));
   }
-  report_rows(windows, starts, counts, sink);
+  report_rows(windows, starts, counts, sink, staged);
 }
 
 void CudaForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps,
@@ -142,10 +153,24 @@ void CudaForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windo
 }
 
 void CudaForwardModel::report_rows(std::span<const ForwardWindow> windows, std::span<const int32_t> starts,
-                                   std::span<const int32_t> counts, KvWriteSink& sink) {
+                                   std::span<const int32_t> counts, KvWriteSink& sink, bool staged) {
   written_.clear();
   for (size_t w = 0; w < windows.size(); ++w) written_.push_back({windows[w].seq, starts[w], counts[w], nullptr, nullptr, 0});
-  for (int32_t layer = 0; layer < config().num_layers; ++layer) sink.write_layer(layer, written_);
+  const int64_t kvd = config().kv_dim();
+  for (int32_t layer = 0; layer < config().num_layers; ++layer) {
+    if (staged) {
+      // Window after window in the staging buffer: [rows, kv_dim], dense.
+      int64_t row = 0;
+      for (WindowKvRows& w : written_) {
+        w.k = model_->staged_k(layer) + row * kvd;
+        w.v = model_->staged_v(layer) + row * kvd;
+        w.ld = kvd;
+        w.on_device = true;
+        row += w.n;
+      }
+    }
+    sink.write_layer(layer, written_);
+  }
 }
 
 }  // namespace specpipe

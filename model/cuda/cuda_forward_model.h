@@ -3,16 +3,36 @@
 /// run it as they run the CPU one (`device: cuda:N`, issue 6).
 ///
 /// The K/V of every window go into the model's own device pool during the forward; the
-/// KvStore passed in keeps only the books (kv_config: host tensors and prefix cache off).
-/// The sink is told about the rows with null pointers (kvstore/kv_write_sink.h), so only
-/// the direct kv_write strategy can run on the device. The model's stream is its own:
-/// each actor owning a model owns a stream.
+/// KvStore passed in keeps only the books (kv_config: host tensors off; with the prefix
+/// cache on, the store copies shared blocks through block_copier(), on the device).
+/// The sink is told about the rows with null pointers (kvstore/kv_write_sink.h); a sink
+/// that stages a round's rows (NWOR) gets them as device rows kept out of the pool
+/// instead, and writes the accepted ones through device_kv_pool(). The model's stream is
+/// its own: each actor owning a model owns a stream.
 #include <memory>
 
 #include "model/cuda/cuda_transformer.h"
 #include "model/forward_model.h"
 
 namespace specpipe {
+
+/// The device pool's memory services (ForwardModel::device_kv_pool) over a CudaTransformer.
+class CudaKvPool final : public DeviceKvPool {
+ public:
+  CudaKvPool(CudaTransformer& model, Device device) : model_(model), device_(device) {}
+  Device device() const override { return device_; }
+  void* stream_handle() const override { return model_.stream(); }
+  void* allocate(size_t bytes) override { return model_.device_alloc(bytes); }
+  void release(void* ptr) override { model_.device_free(ptr); }
+  void copy(void* dst, const void* src, size_t bytes) override { model_.copy_async(dst, src, bytes); }
+  void write_slots(int32_t layer, const float* k, const float* v, const int64_t* slots, int64_t n) override {
+    model_.write_slots(layer, k, v, slots, n);
+  }
+
+ private:
+  CudaTransformer& model_;
+  Device device_;
+};
 
 class CudaForwardModel final : public ForwardModel {
  public:
@@ -23,6 +43,8 @@ class CudaForwardModel final : public ForwardModel {
   Stream stream() const override { return Stream{device_, model_->stream()}; }
   KvStoreConfig kv_config(int32_t num_blocks, int32_t block_size) const override;
   void allocate_kv_pool(int32_t num_blocks, int32_t block_size) override;
+  BlockCopier block_copier() override;
+  DeviceKvPool* device_kv_pool() override { return &pool_; }
   int32_t max_forward_tokens() const override { return model_->max_tokens(); }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;
@@ -32,11 +54,14 @@ class CudaForwardModel final : public ForwardModel {
                             KvWriteSink& sink, std::vector<int32_t>& ids) override;
 
  private:
-  /// Tells the sink about rows [start, start + n) of each window, already in the pool.
+  /// Tells the sink about rows [start, start + n) of each window: already in the pool,
+  /// or (staged) in the model's staging buffer, window after window.
   void report_rows(std::span<const ForwardWindow> windows, std::span<const int32_t> starts,
-                   std::span<const int32_t> counts, KvWriteSink& sink);
+                   std::span<const int32_t> counts, KvWriteSink& sink, bool staged = false);
+  static int32_t current_device();
   std::unique_ptr<CudaTransformer> model_;
   Device device_;
+  CudaKvPool pool_;
   CudaLogits logits_;
   std::vector<int32_t> rows_;
   std::vector<WindowKvRows> written_;

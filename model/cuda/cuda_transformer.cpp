@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -134,6 +136,18 @@ struct CudaTransformer::Impl {
   size_t chain_pos(int32_t s, size_t m) const { return chain_slots(s) + align_up(m * 8, 16); }
   size_t chain_win(int32_t s, size_t m) const { return chain_pos(s, m) + align_up(m * 4, 16); }
   std::map<std::vector<int32_t>, cudaGraphExec_t> graphs;
+  std::mutex copies_mutex;                            // queue_block_copy may run on another thread
+  std::vector<std::pair<int32_t, int32_t>> copies;    // (src, dst) pool blocks, in order
+  // Forwards and the staging strategy's device calls (another actor's thread) take turns
+  // on the stream: nothing from another thread may land inside a graph capture.
+  std::mutex stream_mutex;
+  // Staged rounds: [layer][max_tokens, kv_dim] K and V rows kept out of the pool
+  // (allocated at the first staged forward); slots for write_slots.
+  DeviceBuffer stage, write_slots;
+  float* stage_rows(int32_t layer, bool v, int64_t max_tokens, int64_t kvd) const {
+    const int64_t layer_floats = max_tokens * kvd;
+    return stage.as<float>() + (2 * int64_t{layer} + (v ? 1 : 0)) * layer_floats;
+  }
 
   void clear_graphs() {
     for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
@@ -474,14 +488,104 @@ std::vector<std::string> CudaTransformer::gemm_algorithms() const {
 }
 
 void CudaTransformer::read_pool(int32_t layer, std::vector<float>& k, std::vector<float>& v) {
-  const Impl& d = *impl_;
+  Impl& d = *impl_;
+  const std::lock_guard stream_lock(d.stream_mutex);
   const size_t floats = static_cast<size_t>(d.num_blocks) * static_cast<size_t>(d.block_size) *
                         static_cast<size_t>(config_.kv_dim());
   k.resize(floats);
   v.resize(floats);
+  apply_block_copies();
   cuda_try(cudaStreamSynchronize(stream_), "sync");
   cuda_try(cudaMemcpy(k.data(), d.pool_k.at(static_cast<size_t>(layer)), floats * sizeof(float), cudaMemcpyDeviceToHost), "pool read");
   cuda_try(cudaMemcpy(v.data(), d.pool_v.at(static_cast<size_t>(layer)), floats * sizeof(float), cudaMemcpyDeviceToHost), "pool read");
+}
+
+const float* CudaTransformer::staged_k(int32_t layer) const {
+  if (impl_->stage.bytes() == 0 || layer < 0 || layer >= config_.num_layers)
+    fail(ErrorCode::invalid_argument, "CUDA forward: no staged rows of layer {}", layer);
+  return impl_->stage_rows(layer, false, options_.max_tokens, config_.kv_dim());
+}
+
+const float* CudaTransformer::staged_v(int32_t layer) const {
+  staged_k(layer);  // the same checks
+  return impl_->stage_rows(layer, true, options_.max_tokens, config_.kv_dim());
+}
+
+void* CudaTransformer::device_alloc(size_t bytes) {
+  const std::lock_guard stream_lock(impl_->stream_mutex);
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  void* ptr = nullptr;
+  if (cudaMalloc(&ptr, std::max<size_t>(bytes, 1)) != cudaSuccess) {
+    cudaGetLastError();  // out of memory is an answer here, not a sticky error
+    return nullptr;
+  }
+  return ptr;
+}
+
+void CudaTransformer::device_free(void* ptr) {
+  if (!ptr) return;
+  const std::lock_guard stream_lock(impl_->stream_mutex);
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  cuda_try(cudaFree(ptr), "device free");  // waits for the work that still reads it
+}
+
+void CudaTransformer::copy_async(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  const std::lock_guard stream_lock(impl_->stream_mutex);
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  cuda_try(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "staging copy");
+}
+
+void CudaTransformer::write_slots(int32_t layer, const float* k, const float* v, const int64_t* slots, int64_t n) {
+  Impl& d = *impl_;
+  const int64_t total_slots = int64_t{d.num_blocks} * d.block_size;
+  if (layer < 0 || layer >= config_.num_layers)
+    fail(ErrorCode::invalid_argument, "CUDA write_slots: layer {} of {}", layer, config_.num_layers);
+  for (int64_t i = 0; i < n; ++i)
+    if (slots[i] < 0 || slots[i] >= total_slots)
+      fail(ErrorCode::invalid_argument, "CUDA write_slots: slot {} outside the pool of {}", slots[i], total_slots);
+  if (n == 0) return;
+  const std::lock_guard stream_lock(d.stream_mutex);
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  const int64_t kvd = config_.kv_dim();
+  const int64_t chunk = options_.max_tokens;  // the slots buffer's capacity
+  if (d.write_slots.bytes() == 0) d.write_slots.allocate(static_cast<size_t>(chunk) * sizeof(int64_t), &device_bytes_);
+  for (int64_t at = 0; at < n; at += chunk) {
+    const auto rows = static_cast<int32_t>(std::min(chunk, n - at));
+    // From pageable memory: the call returns once the slots are staged, so the caller's
+    // array may go; the buffer's next upload is ordered after this scatter.
+    cuda_try(cudaMemcpyAsync(d.write_slots.as<int64_t>(), slots + at, static_cast<size_t>(rows) * sizeof(int64_t),
+                             cudaMemcpyHostToDevice, stream_),
+             "slots upload");
+    cuda_try(cuda::kv_scatter(k + at * kvd, v + at * kvd, kvd, kvd, d.write_slots.as<int64_t>(), rows,
+                              d.pool_k[static_cast<size_t>(layer)], d.pool_v[static_cast<size_t>(layer)], kvd, stream_),
+             "write_slots scatter");
+  }
+}
+
+void CudaTransformer::queue_block_copy(int32_t src, int32_t dst) {
+  const std::lock_guard lock(impl_->copies_mutex);
+  impl_->copies.emplace_back(src, dst);
+}
+
+void CudaTransformer::apply_block_copies() {
+  Impl& d = *impl_;
+  std::vector<std::pair<int32_t, int32_t>> copies;
+  {
+    const std::lock_guard lock(d.copies_mutex);
+    copies.swap(d.copies);
+  }
+  const size_t block_floats = static_cast<size_t>(d.block_size) * static_cast<size_t>(config_.kv_dim());
+  for (const auto& [src, dst] : copies) {
+    if (src < 0 || dst < 0 || src >= d.num_blocks || dst >= d.num_blocks)
+      fail(ErrorCode::internal, "CUDA forward: block copy {} -> {} outside the pool of {}", src, dst, d.num_blocks);
+    for (int32_t l = 0; l < config_.num_layers; ++l)
+      for (float* layer : {d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)]})
+        cuda_try(cudaMemcpyAsync(layer + static_cast<size_t>(dst) * block_floats,
+                                 layer + static_cast<size_t>(src) * block_floats, block_floats * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, stream_),
+                 "pool block copy");
+  }
 }
 
 void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvStore& kv, CudaLogits& out) {
@@ -512,13 +616,13 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   if (kc.block_size != d.block_size || kc.num_blocks > d.num_blocks || kc.num_layers != c.num_layers ||
       kc.num_kv_heads != c.num_kv_heads || kc.head_dim != c.head_dim)
     fail(ErrorCode::invalid_argument, "CUDA forward: the KV store's layout does not match the device pool");
-  if (kc.prefix_cache)
-    fail(ErrorCode::invalid_argument, "CUDA forward: the KV store's prefix cache must be off (kv_config())");
   if (windows.empty()) fail(ErrorCode::invalid_argument, "CUDA forward: no windows");
 
   if (d.num_blocks == 0) fail(ErrorCode::invalid_argument, "CUDA forward: no KV pool allocated (allocate_kv_pool)");
+  const std::lock_guard stream_lock(d.stream_mutex);
   // CAF runs an actor on any of its threads; the device is per thread.
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  apply_block_copies();  // copy-on-write of prefix-cache blocks, before anything reads them
 
   // --- host plan: tokens, positions, slots, block tables, attention windows, logit rows ---
   // A chain's later steps need positions [start + n, start + n + steps - 1) reserved too.
@@ -540,6 +644,12 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     fail(ErrorCode::invalid_argument, "CUDA forward: {} tokens in one forward, more than max_tokens {}", total,
          options_.max_tokens);
   const cuda::AttentionPlan plan = cuda::plan_attention(specs);
+  // A staged round's rows go to the staging buffer: its "slots" are the row indices.
+  const bool stage = stage_rows_ && !chain;
+  const int64_t kvd = c.kv_dim();
+  if (stage && d.stage.bytes() == 0)
+    d.stage.allocate(static_cast<size_t>(2 * int64_t{c.num_layers} * options_.max_tokens * kvd) * sizeof(float),
+                     &device_bytes_);
 
   // Metadata into the fixed layout (one copy, up to the end of the used block tables).
   const size_t n_windows = windows.size();
@@ -569,7 +679,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     for (int32_t i = 0; i < n; ++i) {
       tokens[row + i] = w.tokens[static_cast<size_t>(i)];
       positions[row + i] = starts[wi] + i;
-      slots[row + i] = kv.slot(w.seq, starts[wi] + i);
+      slots[row + i] = stage ? row + i : kv.slot(w.seq, starts[wi] + i);
     }
     const auto table = kv.block_table(w.seq);
     std::copy(table.begin(), table.end(), tables + bt);
@@ -599,6 +709,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   }
   key.push_back(options_.copy_logits ? 1 : 0);
   key.push_back(steps);
+  key.push_back(stage ? 1 : 0);
   unsigned char* db = d.meta.as<unsigned char>();
   cuda_try(cudaMemcpyAsync(db, hb, meta_bytes, cudaMemcpyHostToDevice, stream_), "metadata upload");
   if (steps > 1)
@@ -625,7 +736,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   }
 
   // --- the device side: layers, final norm, LM head, argmax, copies back ---
-  const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
+  const int64_t H = c.hidden_size, qd = c.q_dim(), I = c.intermediate_size, V = c.vocab_size;
   const int64_t qkvd = qd + 2 * kvd;
   const float eps = c.rms_norm_eps;
   cudaStream_t st = stream_;
@@ -673,11 +784,14 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
       float* q = d.qkv;
       float* k = d.qkv + qd;
       float* v = d.qkv + qd + kvd;
+      // The window's K/V rows go to their pool slots, or in a staged round to the
+      // staging buffer (the window's attention reads them from qkv either way).
+      float* rows_k = stage ? d.stage_rows(l, false, options_.max_tokens, kvd) : d.pool_k[static_cast<size_t>(l)];
+      float* rows_v = stage ? d.stage_rows(l, true, options_.max_tokens, kvd) : d.pool_v[static_cast<size_t>(l)];
       if (!skip_rest)
         cuda_try(cuda::qk_norm_rope_kv(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
                                        c.qk_norm ? w.q_norm : nullptr, c.qk_norm ? w.k_norm : nullptr, eps,
-                                       d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total,
-                                       d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, st),
+                                       d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total, rows_k, rows_v, kvd, st),
                  "qk norm, rope, kv scatter");
       const cuda::PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd,
                                  d.block_size, m.bt};

@@ -13,11 +13,13 @@
 /// The KV pool lives on the device (FP32, the layout of kvstore/kv_tensors.h, per layer
 /// [num_blocks, block_size, kv_heads, head_dim]); its bookkeeping (block tables, slots,
 /// lengths) stays in the host KvStore passed to forward(). The store's own host tensors
-/// are not used. The store must be built from kv_config() (same block count and size)
-/// with the prefix cache off: shared-block copy-on-write happens on host tensors only.
+/// are not used. The store must be built from kv_config() (same block count and size);
+/// with the prefix cache on it must be given queue_block_copy as its BlockCopier.
 ///
 /// One stream, stream-ordered; forward() synchronises once, at the end, to hand the
-/// logits back. Not re-entrant. Needs CUDA (built only with SPECPIPE_CUDA).
+/// logits back. Not re-entrant; the few calls documented as thread-safe are serialised
+/// with forwards by a lock (no other thread's work can slip into a graph capture). Needs
+/// CUDA (built only with SPECPIPE_CUDA).
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -101,7 +103,7 @@ class CudaTransformer {
 
   const ModelConfig& config() const { return config_; }
   /// The KvStore layout matching the device pool: bookkeeping only (host tensors off,
-  /// prefix cache off).
+  /// prefix cache off: turn it on with queue_block_copy as the store's BlockCopier).
   KvStoreConfig kv_config() const;
   /// Allocates the device KV pool when the constructor was given kv_blocks = 0 (sizing
   /// it from the memory the weights left free). Once only.
@@ -140,6 +142,32 @@ class CudaTransformer {
                             std::vector<int32_t>& ids);
   static constexpr int32_t kMaxChainSteps = 16;
 
+  /// Queues a copy of pool block `src` to block `dst` (every layer, K and V) on the
+  /// model's stream in front of the next forward (or read_pool): the KV store's
+  /// copy-on-write of a shared prefix-cache block. Thread-safe (the store's owner may
+  /// run on another thread than the forwards); never fails (checked at the forward).
+  void queue_block_copy(int32_t src, int32_t dst);
+
+  /// Staged rounds (a staging kv_write strategy such as NWOR): while on, forward() keeps
+  /// the windows' K/V out of the pool and leaves each layer's rows, in window order, in
+  /// a staging buffer read with staged_k / staged_v until the next forward. Not for
+  /// greedy chains.
+  void set_stage_rows(bool on) { stage_rows_ = on; }
+  /// [rows of the last forward, kv_dim] float32 device rows of `layer` (staged forwards).
+  const float* staged_k(int32_t layer) const;
+  const float* staged_v(int32_t layer) const;
+
+  /// Device memory and pool writes for a staging strategy (ForwardModel's DeviceKvPool),
+  /// ordered on the model's stream and serialised with forwards (any thread).
+  /// device_alloc returns nullptr when the device has no memory left.
+  void* device_alloc(size_t bytes);
+  void device_free(void* ptr);
+  /// cudaMemcpyDefault: device or host memory on either side.
+  void copy_async(void* dst, const void* src, size_t bytes);
+  /// Rows [0, n) of k, v ([n, kv_dim] float32 on the device) into the pool of `layer` at
+  /// slots[0..n) (host memory, each in [0, kv_blocks * block_size): checked).
+  void write_slots(int32_t layer, const float* k, const float* v, const int64_t* slots, int64_t n);
+
   /// Copies the device pool of `layer` to the host ([slots, kv_heads * head_dim] floats
   /// each for K and V), for checks.
   void read_pool(int32_t layer, std::vector<float>& k, std::vector<float>& v);
@@ -151,12 +179,15 @@ class CudaTransformer {
   /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
   /// window and step, in chain_ids_).
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out);
+  /// Enqueues the queued block copies on the stream (in queue order).
+  void apply_block_copies();
   ModelConfig config_;
   size_t step_matrix_bytes_ = 0;
   CudaTransformerOptions options_;
   cudaStream_t stream_ = nullptr;
   size_t device_bytes_ = 0;
   std::unique_ptr<Impl> impl_;
+  bool stage_rows_ = false;
   CudaLogits chain_logits_;
   std::vector<int32_t> chain_ids_;
 };

@@ -52,6 +52,24 @@ TEST(ConcurrentRequests, EachOutputEqualsItsSoloRunAndKvIsFreedAfterwards) {
   EXPECT_EQ(engine.draft_kv_occupancy().sequences, 0u);
 }
 
+// The prefix cache on whatever device the engine runs (on a GPU the store keeps only the
+// books and the target model holds the blocks): a repeated prompt reuses its cached full
+// blocks and gets the same output as the first time.
+TEST(ConcurrentRequests, RepeatedPromptReusesCachedBlocksWithTheSameOutput) {
+  actors::Engine engine(test::demo_engine_config());
+  const auto prompt = test::ids(test::golden_public()["cases"][0]["prompt_ids"]);
+  const actors::RequestSpec r = test::greedy_request(prompt, 32);
+  const actors::Completion first = engine.generate(r);
+  const actors::Completion again = engine.generate(r);
+  ASSERT_NE(first.reason, FinishReason::error) << first.error;
+  ASSERT_NE(again.reason, FinishReason::error) << again.error;
+  EXPECT_EQ(first.stats.cached_prompt_tokens, 0);
+  // Every full block but the one holding the last prompt token (its logits are needed).
+  EXPECT_EQ(again.stats.cached_prompt_tokens, static_cast<int64_t>((prompt.size() - 1) / 16 * 16));
+  EXPECT_EQ(again.tokens, first.tokens);
+  EXPECT_EQ(engine.kv_occupancy().sequences, 0u);
+}
+
 TEST(ConcurrentRequests, SameSeedSameSampledOutputDifferentSeedDifferent) {
   actors::Engine engine(test::demo_engine_config());
   actors::RequestSpec r = test::greedy_request(test::ids(test::golden_public()["cases"][4]["prompt_ids"]), 48);

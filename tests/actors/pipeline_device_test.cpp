@@ -30,16 +30,6 @@ TEST(PipelineDevice, KvTokensAutoNeedsADevice) {
   EXPECT_NE(what.find("kv.tokens: auto"), std::string::npos) << what;
 }
 
-TEST(PipelineDevice, HostStagingKvWritePluginIsRefusedOnADevice) {
-  PipelineConfig c;
-  c.device = "cuda:0";
-  c.slots.kv_write = "nwor";
-  c.plugins.push_back({"nwor", "libspecpipe_nwor.so", "{}"});
-  const std::string what = refusal(c, ErrorCode::unsupported);
-  EXPECT_NE(what.find("slots.kv_write"), std::string::npos) << what;
-  EXPECT_NE(what.find("only the direct strategy"), std::string::npos) << what;
-}
-
 TEST(PipelineDevice, TooManyVerifyTokensForADeviceForward) {
   PipelineConfig c;
   c.device = "cuda:0";

@@ -25,6 +25,30 @@ struct Window {
   int64_t first_row;
 };
 
+/// Staged rows of one layer in memory of the pool's device (the host's alloc_device):
+/// K then V, grown as a round needs.
+struct Staged {
+  const specpipe_host_api* host = nullptr;
+  float* data = nullptr;
+  size_t floats = 0;  // per tensor
+  Staged() = default;
+  Staged(const Staged&) = delete;
+  Staged& operator=(const Staged&) = delete;
+  ~Staged() {
+    if (data) host->free_device(host->host, data);
+  }
+  bool reserve(const specpipe_host_api* h, size_t want) {
+    if (want <= floats) return true;
+    if (data) host->free_device(host->host, data);
+    host = h;
+    data = static_cast<float*>(h->alloc_device(h->host, 2 * want * sizeof(float)));
+    floats = data ? want : 0;
+    return data != nullptr;
+  }
+  float* k() const { return data; }
+  float* v() const { return data + floats; }
+};
+
 struct Instance {
   const specpipe_host_api* host;
   specpipe_model_desc model;
@@ -32,7 +56,7 @@ struct Instance {
   int at_round = 1;
   int round = 0;
   std::vector<Window> windows;
-  std::map<int32_t, std::vector<float>> k, v;  // layer -> staged rows
+  std::map<int32_t, Staged> staged;  // layer -> rows
 };
 
 void set_error(char* error, size_t size, const char* message) {
@@ -75,8 +99,6 @@ specpipe_status begin(void* instance, const specpipe_window* windows, int32_t co
   auto* in = static_cast<Instance*>(instance);
   ++in->round;
   in->windows.clear();
-  in->k.clear();
-  in->v.clear();
   int64_t row = 0;
   for (int32_t i = 0; i < count; ++i) {
     in->windows.push_back({windows[i].sequence, windows[i].n, {windows[i].slots, windows[i].slots + windows[i].n}, row});
@@ -85,19 +107,24 @@ specpipe_status begin(void* instance, const specpipe_window* windows, int32_t co
   return SPECPIPE_OK;
 }
 
-specpipe_status stage(void* instance, const specpipe_layer_rows* rows, specpipe_stream, char* error, size_t size) {
+specpipe_status stage(void* instance, const specpipe_layer_rows* rows, specpipe_stream stream, char* error,
+                      size_t size) {
   auto* in = static_cast<Instance*>(instance);
   if (failing(in, "stage") && rows->layer == in->model.num_layers / 2) {
     set_error(error, size, "fail: stage (as configured)");
     return SPECPIPE_ERR_INTERNAL;
   }
   if (failing(in, "stage_throw") && rows->layer == 1) throw std::runtime_error("stage threw (as configured)");
+  // The rows may be device memory: staged with the host's allocator and copy.
   const size_t n = static_cast<size_t>(rows->k->shape[0] * rows->k->shape[1]);
-  const auto* k = static_cast<const float*>(rows->k->data);
-  const auto* v = static_cast<const float*>(rows->v->data);
-  in->k[rows->layer].assign(k, k + n);
-  in->v[rows->layer].assign(v, v + n);
-  return SPECPIPE_OK;
+  Staged& s = in->staged[rows->layer];
+  if (!s.reserve(in->host, n)) {
+    set_error(error, size, "stage: alloc_device failed");
+    return SPECPIPE_ERR_CAPACITY;
+  }
+  const specpipe_status k = in->host->copy(in->host->host, s.k(), rows->k->data, n * sizeof(float), stream);
+  if (k != SPECPIPE_OK) return k;
+  return in->host->copy(in->host->host, s.v(), rows->v->data, n * sizeof(float), stream);
 }
 
 specpipe_status commit(void* instance, const specpipe_window_verdict* verdicts, int32_t count, specpipe_stream stream,
@@ -115,9 +142,9 @@ specpipe_status commit(void* instance, const specpipe_window_verdict* verdicts, 
         if (w.sequence != verdicts[c].sequence) continue;
         int64_t shape[2] = {verdicts[c].accepted, dim};
         DLTensor kt{}, vt{};
-        kt.data = in->k[layer].data() + w.first_row * dim;
-        vt.data = in->v[layer].data() + w.first_row * dim;
-        kt.device = vt.device = {kDLCPU, 0};
+        kt.data = in->staged[layer].k() + w.first_row * dim;
+        vt.data = in->staged[layer].v() + w.first_row * dim;
+        kt.device = vt.device = in->model.device;
         kt.ndim = vt.ndim = 2;
         kt.dtype = vt.dtype = {kDLFloat, 32, 1};
         kt.shape = vt.shape = shape;

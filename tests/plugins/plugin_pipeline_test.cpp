@@ -5,27 +5,37 @@
 // and every KV block freed.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/error.h"
 #include "tests/support/engine.h"
 #include "tests/support/property_prompts.h"
+#include "tests/support/test_paths.h"
 
 namespace specpipe {
 namespace {
 
+// The libraries by name, so the suite also runs from a GPU bundle (SPECPIPE_PLUGIN_DIR).
+const std::string kNwor = test::plugin_library(NWOR_PLUGIN_PATH);
+const std::string kScv = test::plugin_library(SCV_PLUGIN_PATH);
+const std::string kFaulty = test::plugin_library(FAULTY_PLUGIN_PATH);
+const std::string kFaultyAbi = test::plugin_library(FAULTY_ABI_PATH);
+const std::string kFaultyNoEntry = test::plugin_library(FAULTY_NO_ENTRY_PATH);
+
 PipelineConfig with_plugins(bool nwor, bool scv, int32_t block_size = 16) {
   PipelineConfig c = test::demo_engine_config(4, block_size);
   if (nwor) {
-    c.plugins.push_back({"nwor", NWOR_PLUGIN_PATH, "{}"});
+    c.plugins.push_back({"nwor", kNwor, "{}"});
     c.slots.kv_write = "nwor";
   }
   if (scv) {
-    c.plugins.push_back({"scv", SCV_PLUGIN_PATH, "{}"});
+    c.plugins.push_back({"scv", kScv, "{}"});
     c.slots.verify_plan = "scv";
   }
   return c;
 }
 
-PipelineConfig with_faulty(const std::string& slot, const std::string& mode, const char* path = FAULTY_PLUGIN_PATH) {
+PipelineConfig with_faulty(const std::string& slot, const std::string& mode, const std::string& path = kFaulty) {
   PipelineConfig c = test::demo_engine_config(4);
   c.plugins.push_back({"faulty", path, R"({"fail": ")" + mode + R"(", "at_round": 2})"});
   (slot == "kv_write" ? c.slots.kv_write : c.slots.verify_plan) = "faulty";
@@ -78,16 +88,16 @@ void expect_refused(const PipelineConfig& c, const std::string& file, const std:
 }
 
 TEST(PluginRefusals, WrongAbiVersionNamesFileAndVersions) {
-  expect_refused(with_faulty("kv_write", "none", FAULTY_ABI_PATH), FAULTY_ABI_PATH, "ABI version 999");
+  expect_refused(with_faulty("kv_write", "none", kFaultyAbi), kFaultyAbi, "ABI version 999");
 }
 
 TEST(PluginRefusals, MissingEntrySymbol) {
-  expect_refused(with_faulty("kv_write", "none", FAULTY_NO_ENTRY_PATH), FAULTY_NO_ENTRY_PATH,
+  expect_refused(with_faulty("kv_write", "none", kFaultyNoEntry), kFaultyNoEntry,
                  "no entry symbol 'specpipe_plugin_entry'");
 }
 
 TEST(PluginRefusals, CreateRefusesItsConfig) {
-  expect_refused(with_faulty("kv_write", "create"), FAULTY_PLUGIN_PATH, "create refused: create: fail: create");
+  expect_refused(with_faulty("kv_write", "create"), kFaulty, "create refused: create: fail: create");
 }
 
 TEST(PluginRefusals, NotALibrary) {
@@ -99,9 +109,9 @@ TEST(PluginRefusals, NotALibrary) {
 
 TEST(PluginRefusals, PluginInTheWrongSlot) {
   PipelineConfig c = test::demo_engine_config();
-  c.plugins.push_back({"scv", SCV_PLUGIN_PATH, "{}"});
+  c.plugins.push_back({"scv", kScv, "{}"});
   c.slots.kv_write = "scv";
-  expect_refused(c, SCV_PLUGIN_PATH, "does not fill slot kv_write");
+  expect_refused(c, kScv, "does not fill slot kv_write");
 }
 
 // ---- failures at run time -------------------------------------------------------------

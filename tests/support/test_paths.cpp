@@ -17,6 +17,12 @@ std::filesystem::path source_dir() {
 std::filesystem::path model_dir(const char* name) { return source_dir() / "models" / name; }
 std::filesystem::path data_path(const char* name) { return source_dir() / "tests" / "data" / name; }
 
+std::string plugin_library(const char* built) {
+  const char* env = std::getenv("SPECPIPE_PLUGIN_DIR");
+  if (!env || !*env) return built;
+  return (std::filesystem::path(env) / std::filesystem::path(built).filename()).string();
+}
+
 std::filesystem::path scratch_dir(const char* tag) {
   static std::atomic<int> counter{0};
   auto dir = std::filesystem::temp_directory_path() /

@@ -4,6 +4,7 @@
 #                    specpipe_gpu_generate), the `specpipe` command and the engine suites
 #                    engine_check.sh runs on the device
 #   gpu-bundle/lib/  the non-system shared libraries they need (fmt, CAF, ...), from ldd
+#   gpu-bundle/plugins/  the strategy plugins and the test's faulty ones (SPECPIPE_PLUGIN_DIR)
 #   gpu-bundle.tar.xz  all of it compressed: what travels (the tree sent to the GPU
 #                    machine is capped at 64 MiB and the models take 45); bundle_env.sh
 #                    unpacks it there
@@ -20,14 +21,20 @@ build="${SPECPIPE_GPU_BUILD:-$root/build-gpu}"
 bundle="$root/gpu-bundle"
 jobs="${SPECPIPE_JOBS:-1}"
 tools=(specpipe_cuda_check specpipe_gpu_generate specpipe speculative_golden_test concurrent_requests_test
-       speculative_property_test)
+       speculative_property_test plugin_pipeline_test)
+plugins=(specpipe_nwor specpipe_scv specpipe_faulty_plugin specpipe_faulty_abi_plugin specpipe_faulty_no_entry_plugin)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECPIPE_CUDA=ON \
   -DSPECPIPE_BUILD_BENCH=OFF >/dev/null
-nice cmake --build "$build" -j"$jobs" --target "${tools[@]}"
+nice cmake --build "$build" -j"$jobs" --target "${tools[@]}" "${plugins[@]}"
 
 rm -rf "$bundle"
-mkdir -p "$bundle/bin" "$bundle/lib"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/plugins"
+for p in "${plugins[@]}"; do
+  lib="$(find "$build" -type f -name "lib$p.so" | head -n1)"
+  [[ -n "$lib" ]] || { echo "bundle: lib$p.so was not built" >&2; exit 1; }
+  strip -s -o "$bundle/plugins/lib$p.so" "$lib"
+done
 system_lib='^(linux-vdso|libc\.|libm\.|libstdc\+\+|libgcc_s|ld-linux|libdl\.|librt\.|libpthread\.|libcuda\.|libcudart|libcublas|libnvidia|libnvrtc)'
 for t in "${tools[@]}"; do
   exe="$(find "$build" -type f -name "$t" -perm -u+x | head -n1)"

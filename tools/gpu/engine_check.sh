@@ -4,7 +4,10 @@
 #   1. the engine's golden suites with SPECPIPE_TEST_DEVICE=cuda:0: every public case's
 #      greedy output and per-round acceptance for gamma 1/2/4/8 and the long prompts
 #      (speculative_golden_test), 32 concurrent requests == solo with the KV freed
-#      (concurrent_requests_test), the gamma x block x batch property (speculative_property_test);
+#      (concurrent_requests_test), the prefix cache's copy-on-write on the device pool (same),
+#      the gamma x block x batch property (speculative_property_test), and the strategy
+#      plugins on the device: NWOR staging the rounds' rows out of the device pool, SCV,
+#      run-time plugin faults falling back with the outputs still exact (plugin_pipeline_test);
 #   2. `specpipe generate --device cuda:0` on a prompt (statistics printed);
 #   3. `specpipe bench --device cuda:0` (plain vs speculative, medians, JSON).
 # Outputs go to $OUT (or gpu-out/). Exit status: non-zero if a suite failed.
@@ -13,8 +16,9 @@ source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe engine_check
 root="$(pwd)"
 export SPECPIPE_SOURCE_DIR="$root" SPECPIPE_MODELS="$root/models" SPECPIPE_TEST_DEVICE="${DEVICE:-cuda:0}"
+export SPECPIPE_PLUGIN_DIR="$root/$bundle/plugins"
 status=0
-for t in ${SUITES:-speculative_golden_test concurrent_requests_test speculative_property_test}; do
+for t in ${SUITES:-speculative_golden_test concurrent_requests_test speculative_property_test plugin_pipeline_test}; do
   timeout "${SUITE_TIMEOUT:-240}" "$bundle/bin/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
   rc=$?
   echo "$t exit: $rc ($(grep -E '^\[  (PASSED|FAILED)' "$out/$t.txt" | tr '\n' ' '))"
