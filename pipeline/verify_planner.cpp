@@ -61,36 +61,60 @@ void PluginVerifyPlanner::forget(RequestId request) {
   if (s != SPECPIPE_OK) plugin_->disable("forget_failed");
 }
 
-void CostModel::add_round(int32_t draft_steps, double draft_ms, int64_t window_tokens, double verify_ms) {
-  constexpr double kKeep = 0.97;  // about the last 30 rounds count
-  if (draft_steps > 0) {
-    const double per_step = draft_ms / draft_steps;
-    draft_step_ms_ = have_draft_ ? kKeep * draft_step_ms_ + (1 - kKeep) * per_step : per_step;
-    have_draft_ = true;
-  }
-  const double x = static_cast<double>(window_tokens);
+void RecentLine::add(double x, double y) {
+  constexpr double kKeep = 0.97;  // about the last 30 points count
   w_ = kKeep * w_ + 1;
   wx_ = kKeep * wx_ + x;
-  wy_ = kKeep * wy_ + verify_ms;
+  wy_ = kKeep * wy_ + y;
   wxx_ = kKeep * wxx_ + x * x;
-  wxy_ = kKeep * wxy_ + x * verify_ms;
+  wxy_ = kKeep * wxy_ + x * y;
+}
+
+bool RecentLine::has_slope(double min_variance) const {
+  const double mx = mean_x();
+  const double var = wxx_ / w_ - mx * mx;
+  return var > 1e-6 * std::max(1.0, mx * mx) && var > min_variance;
+}
+
+double RecentLine::raw_slope() const {
+  const double mx = mean_x();
+  return (wxy_ / w_ - mx * mean_y()) / (wxx_ / w_ - mx * mx);
+}
+
+double RecentLine::slope() const { return std::max(0.0, raw_slope()); }
+
+double RecentLine::intercept() const { return std::max(0.0, mean_y() - slope() * mean_x()); }
+
+void CostModel::add_round(int32_t draft_steps, double draft_ms, int64_t window_tokens, double verify_ms) {
+  if (draft_steps > 0) draft_.add(draft_steps, draft_ms);
+  verify_.add(static_cast<double>(window_tokens), verify_ms);
 }
 
 PlanCosts CostModel::costs(int32_t token_budget) const {
   PlanCosts c;
   c.token_budget = token_budget;
-  if (w_ <= 0) return c;  // nothing measured yet
-  c.draft_step_ms = draft_step_ms_;
-  const double mean_x = wx_ / w_, mean_y = wy_ / w_;
-  const double var_x = wxx_ / w_ - mean_x * mean_x;
-  if (var_x > 1e-6 * std::max(1.0, mean_x * mean_x)) {
-    c.verify_token_ms = std::max(0.0, (wxy_ / w_ - mean_x * mean_y) / var_x);
-    c.verify_base_ms = std::max(0.0, mean_y - c.verify_token_ms * mean_x);
+  if (verify_.empty()) return c;  // nothing measured yet
+  if (verify_.has_slope()) {
+    c.verify_token_ms = verify_.slope();
+    c.verify_base_ms = verify_.intercept();
   } else {
     // One window size seen so far: split the cost evenly between base and tokens, a
     // neutral guess that the next rounds' different sizes correct.
-    c.verify_base_ms = mean_y / 2;
-    c.verify_token_ms = mean_x > 0 ? mean_y / 2 / mean_x : 0;
+    c.verify_base_ms = verify_.mean_y() / 2;
+    c.verify_token_ms = verify_.mean_x() > 0 ? verify_.mean_y() / 2 / verify_.mean_x() : 0;
+  }
+  if (draft_.empty()) return c;
+  c.draft_step_ms = draft_.mean_y() / draft_.mean_x();  // everything per step
+  // Rounds of nearly one length make the slope noise; a variance of half a step or more
+  // (probes at other gammas, sequences of different lengths) tells it apart.
+  constexpr double kMinStepVariance = 0.5;
+  if (draft_.has_slope(kMinStepVariance)) {
+    const double slope = draft_.raw_slope();
+    const double fixed = draft_.mean_y() - slope * draft_.mean_x();
+    if (slope > 0 && fixed >= 0) {
+      c.draft_step_ms = slope;
+      c.verify_base_ms += fixed;  // paid once a round, whatever the gamma
+    }
   }
   return c;
 }

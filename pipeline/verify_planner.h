@@ -22,8 +22,10 @@ struct PlanSequence {
 };
 
 struct PlanCosts {
-  double draft_step_ms = 0;    ///< one draft step for the batch
-  double verify_base_ms = 0;   ///< verify forward at zero window tokens
+  double draft_step_ms = 0;    ///< one more draft step for the batch (the marginal cost)
+  /// A round's fixed cost: the verify forward at zero window tokens plus what drafting
+  /// costs whatever the gamma (a device drafter's sync and catch-up window).
+  double verify_base_ms = 0;
   double verify_token_ms = 0;  ///< each window token's extra cost
   int32_t token_budget = 0;    ///< most window tokens per verify pass (0: none)
 };
@@ -68,19 +70,40 @@ class PluginVerifyPlanner final : public VerifyPlanner {
   FixedGammaPlanner fallback_;
 };
 
-/// Running estimates of the costs a planner needs, from each round's measurements:
-/// draft time per draft step (exponential average) and verify time as a linear function
-/// of the round's window tokens (exponentially weighted least squares).
+/// y ~ intercept + slope * x over the recent points, by exponentially weighted least
+/// squares (about the last 30 points count).
+class RecentLine {
+ public:
+  void add(double x, double y);
+  bool empty() const { return w_ <= 0; }
+  /// Whether x varied enough to tell slope from intercept: its variance is above
+  /// `min_variance` (0: any variance beyond rounding).
+  bool has_slope(double min_variance = 0) const;
+  double raw_slope() const;  ///< the fitted slope, any sign; needs has_slope()
+  double slope() const;      ///< >= 0; needs has_slope()
+  double intercept() const;  ///< >= 0, with slope(); needs has_slope()
+  double mean_x() const { return wx_ / w_; }
+  double mean_y() const { return wy_ / w_; }
+
+ private:
+  double w_ = 0, wx_ = 0, wy_ = 0, wxx_ = 0, wxy_ = 0;
+};
+
+/// Running estimates of the costs a planner needs, from each round's measurements: draft
+/// time and verify time, each a line over the round's draft steps / window tokens. A
+/// drafter's fixed cost per round (on a device: one sync and the catch-up window per
+/// chain) goes to the round's fixed cost, so the planner weighs one more draft at its
+/// marginal price. Until the draft steps have varied by about a step, or when the fit
+/// is implausible (a negative fixed cost), all draft time counts per step: the per-step
+/// cost is never above the plain average.
 class CostModel {
  public:
   void add_round(int32_t draft_steps, double draft_ms, int64_t window_tokens, double verify_ms);
   PlanCosts costs(int32_t token_budget) const;
 
  private:
-  double draft_step_ms_ = 0;
-  bool have_draft_ = false;
-  // Weighted sums for verify_ms ~ base + slope * tokens.
-  double w_ = 0, wx_ = 0, wy_ = 0, wxx_ = 0, wxy_ = 0;
+  RecentLine draft_;   // draft_ms ~ fixed + per step * draft_steps (rounds that drafted)
+  RecentLine verify_;  // verify_ms ~ base + per token * window_tokens
 };
 
 }  // namespace specpipe

@@ -155,8 +155,9 @@ typedef struct specpipe_plan_sequence {
 /** Costs the host measured, in milliseconds (running averages; 0 = not measured yet). */
 typedef struct specpipe_plan_costs {
   uint32_t struct_size;
-  double draft_step_ms;   /* one draft token for the whole batch */
-  double verify_base_ms;  /* a verify forward's cost at zero window tokens (intercept) */
+  double draft_step_ms;   /* one more draft token for the whole batch (marginal cost) */
+  double verify_base_ms;  /* a round's fixed cost: the verify forward at zero window tokens
+                             (intercept) plus the drafter's per-round cost */
   double verify_token_ms; /* each window token's additional cost (slope) */
   int32_t token_budget;   /* most window tokens in one verify pass (0 = unlimited) */
 } specpipe_plan_costs;
