@@ -9,7 +9,9 @@
 #      plugins on the device: NWOR staging the rounds' rows out of the device pool, SCV,
 #      run-time plugin faults falling back with the outputs still exact (plugin_pipeline_test);
 #   2. `specpipe generate --device cuda:0` on a prompt (statistics printed);
-#   3. `specpipe bench --device cuda:0` (plain vs speculative, medians, JSON).
+#   3. `specpipe bench --device cuda:0` (plain vs speculative, medians, JSON);
+#   4. compute-sanitizer memcheck of the NWOR staging path and a failing commit's fallback
+#      (MEMCHECK=0 skips it).
 # Outputs go to $OUT (or gpu-out/). Exit status: non-zero if a suite failed.
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
@@ -29,4 +31,14 @@ done
 timeout "${BENCH_TIMEOUT:-300}" "$exe" bench --device "$SPECPIPE_TEST_DEVICE" --json "$out/engine_bench.json" \
   ${BENCH_ARGS:-} >"$out/engine_bench.txt" 2>&1 || status=1
 cat "$out/engine_bench.txt"
+if [[ "${MEMCHECK:-1}" != 0 ]]; then
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  timeout "${MEMCHECK_TIMEOUT:-400}" "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 \
+    "$bundle/bin/plugin_pipeline_test" --gtest_brief=1 \
+    --gtest_filter='Plugins/StrategyMatrix.SpeculativeGreedyEqualsPlain/1:Faults/RuntimeFault.*kv_write_commit*' \
+    >"$out/memcheck_nwor.txt" 2>&1
+  rc=$?
+  echo "memcheck (NWOR on the device) exit: $rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck_nwor.txt"))"
+  [[ $rc -eq 0 ]] || status=1
+fi
 exit $status
