@@ -30,10 +30,6 @@ constexpr std::array<std::string_view, 15> kUnsupportedDtypes{
     "BOOL", "U8",      "I8",      "I16",     "U16", "U32", "U64", "F64",
     "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 /// Reads an integer in [0, INT64_MAX] from a header field, or nullopt.
 std::optional<int64_t> non_negative(const json& value) {
   if (value.is_number_unsigned()) {
@@ -177,6 +173,10 @@ bool is_plain_file_name(const std::string& name) {
 }
 
 }  // namespace
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 int64_t TensorEntry::numel() const {
   int64_t n = 1;

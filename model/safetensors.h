@@ -25,6 +25,9 @@ struct TensorEntry {
   int64_t numel() const;
 };
 
+/// A tensor shape as error messages print it: "[2, 3]".
+std::string shape_string(const std::vector<int64_t>& shape);
+
 class SafetensorsArchive {
  public:
   /// Opens `<model_dir>/model.safetensors.index.json` if present, else

@@ -21,10 +21,6 @@ struct RealignedStorage {
   std::vector<std::unique_ptr<std::byte[]>> copies;
 };
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 /// Looks tensors up by their Hugging Face names, checks dtype and shape, and remembers
 /// which ones it handed out so the rest can be reported as unused.
 class WeightBinder {

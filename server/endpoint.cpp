@@ -15,18 +15,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-/// A reply waiting for the socket thread.
-struct Outgoing {
-  std::string peer;       // ROUTER identity of the connection
-  bool delimiter;         // the peer is a REQ socket: replies need the empty frame
-  std::string request;    // the client's id
-  std::string payload;
-  bool final;             // the request is over
-};
-
 }  // namespace
 
 struct Endpoint::Impl {
+  /// A reply waiting for the socket thread. A member rather than a type of the anonymous
+  /// namespace: a field of Impl (external linkage) may not have an internal-linkage type
+  /// once this file is compiled inside a unity source (GCC's -Wsubobject-linkage).
+  struct Outgoing {
+    std::string peer;       // ROUTER identity of the connection
+    bool delimiter;         // the peer is a REQ socket: replies need the empty frame
+    std::string request;    // the client's id
+    std::string payload;
+    bool final;             // the request is over
+  };
+
   actors::Engine& engine;
   PipelineConfig config;
   zmq::context_t context{1};

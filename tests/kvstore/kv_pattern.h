@@ -6,12 +6,26 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <vector>
 
 #include "kvstore/kv_store.h"
 
 namespace specpipe::kv_test {
+
+/// The tokens first, first + 1, ..., first + count - 1.
+inline std::vector<int32_t> tokens_from(int32_t first, int32_t count) {
+  std::vector<int32_t> tokens(static_cast<size_t>(count));
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+/// A copy of the block table of `seq`.
+inline std::vector<int32_t> table_of(const KvStore& store, SeqId seq) {
+  const std::span<const int32_t> table = store.block_table(seq);
+  return {table.begin(), table.end()};
+}
 
 inline uint64_t mix(uint64_t x) {  // splitmix64's finaliser
   x += 0x9e3779b97f4a7c15ull;

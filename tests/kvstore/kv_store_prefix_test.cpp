@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -16,6 +15,8 @@ namespace {
 
 using kv_test::positions_hold;
 using kv_test::prefix_keys;
+using kv_test::table_of;
+using kv_test::tokens_from;
 using kv_test::write_positions;
 
 KvStore make_store(int32_t num_blocks, int32_t block_size = 16, bool prefix_cache = true) {
@@ -29,20 +30,9 @@ KvStore make_store(int32_t num_blocks, int32_t block_size = 16, bool prefix_cach
   return KvStore(config);
 }
 
-std::vector<int32_t> tokens_from(int32_t first, int32_t count) {
-  std::vector<int32_t> tokens(static_cast<size_t>(count));
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
-
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-std::vector<int32_t> table_of(const KvStore& store, SeqId seq) {
-  const std::span<const int32_t> table = store.block_table(seq);
-  return {table.begin(), table.end()};
 }
 
 /// Adds `tokens` as a prompt and runs it through: reserve, write the pattern, commit

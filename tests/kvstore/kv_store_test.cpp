@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -18,6 +17,8 @@ namespace {
 
 using kv_test::positions_hold;
 using kv_test::prefix_keys;
+using kv_test::table_of;
+using kv_test::tokens_from;
 using kv_test::write_positions;
 
 KvStoreConfig config_with(int32_t num_blocks, int32_t block_size = 16, bool prefix_cache = true) {
@@ -29,17 +30,6 @@ KvStoreConfig config_with(int32_t num_blocks, int32_t block_size = 16, bool pref
   config.num_blocks = num_blocks;
   config.prefix_cache = prefix_cache;
   return config;
-}
-
-std::vector<int32_t> tokens_from(int32_t first, int32_t count) {
-  std::vector<int32_t> tokens(static_cast<size_t>(count));
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
-
-std::vector<int32_t> table_of(const KvStore& store, SeqId seq) {
-  const std::span<const int32_t> table = store.block_table(seq);
-  return {table.begin(), table.end()};
 }
 
 Error error_of(auto&& call) {
