@@ -2,10 +2,13 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 
 namespace specpipe::cuda {
 namespace {
+
+using detail::f32_to_bf16_rne;
 
 constexpr int kThreads = 128;  // = kAttentionChunkKeys: one thread per key in the softmax step
 constexpr int kWarps = kThreads / 32;
@@ -255,13 +258,6 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
       if (g < group) workspace_at(s, b, g)[2 + d] = acc[i];
     }
   }
-}
-
-__device__ inline uint16_t f32_to_bf16_rne(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
 }
 
 /// Merges a row's chunks in ascending order: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) s_c.

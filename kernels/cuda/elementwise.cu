@@ -3,17 +3,18 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 
 namespace specpipe::cuda {
 namespace {
 
+using detail::bf16_bits_to_f32;
 using detail::block_max;
 using detail::block_sum;
+using detail::f32_to_bf16_rne;
 
 constexpr int kRowThreads = 128;  // one block per row: the reduction order depends on this only
-
-__device__ inline float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
 
 /// Element `at` of an embedding table of `dtype`, as float32.
 __device__ inline float table_value(DType dtype, const void* table, int64_t at) {
@@ -66,13 +67,6 @@ __global__ void silu_gate_kernel(const float* gate, const float* up, float* out,
     const float g = gate[o];
     out[o] = g / (1.0f + expf(-g)) * up[o];
   }
-}
-
-__device__ inline uint16_t f32_to_bf16_rne(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN stays NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
 }
 
 __global__ void f32_to_bf16_kernel(const float* x, int64_t cols, int64_t ldx, uint16_t* y, int64_t ldy) {

@@ -1,22 +1,16 @@
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/gemm.h"
 
 namespace specpipe::cuda {
 namespace {
 
+using detail::widen8;
+
 constexpr int kWarpsPerBlock = 4;
 constexpr int kRowsPerPass = 8;  // rows sharing one read of a weight fragment
-
-__device__ inline void widen8(uint4 bits, float* out) {
-  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = __uint_as_float(words[i] << 16);
-    out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
 
 /// A warp per output column; rows in passes of kRowsPerPass (a row's chain is the same in
 /// every pass, so m only decides how many passes run).
