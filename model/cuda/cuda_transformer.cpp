@@ -17,6 +17,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_cache.h"
+#include "model/cuda/fused_step.h"
 #include "model/cuda/model_ops.h"
 
 namespace specpipe {
@@ -148,6 +149,14 @@ struct CudaTransformer::Impl {
     const int64_t layer_floats = max_tokens * kvd;
     return stage.as<float>() + (2 * int64_t{layer} + (v ? 1 : 0)) * layer_floats;
   }
+
+  // The fused step (options.fused_step; model/cuda/fused_step.h), set up with the pool:
+  // its layer table on the device, its scratch, its grid (0: not served, fused_why says why).
+  DeviceBuffer fused_layers, fused_scratch, fused_trace_buf;
+  cuda::FusedModel fused{};
+  cuda::FusedScratch fused_sc{};
+  int32_t fused_blocks = 0;
+  std::string fused_why = "off";
 
   void clear_graphs() {
     for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
@@ -466,6 +475,7 @@ void CudaTransformer::allocate_kv_pool(int32_t kv_blocks, int32_t block_size) {
 
   d.num_blocks = kv_blocks;
   d.block_size = block_size;
+  if (options_.fused_step) setup_fused_step();
 }
 
 CudaTransformer::~CudaTransformer() {
@@ -562,6 +572,63 @@ void CudaTransformer::write_slots(int32_t layer, const float* k, const float* v,
              "write_slots scatter");
   }
 }
+
+void CudaTransformer::setup_fused_step() {
+  const ModelConfig& c = config_;
+  Impl& d = *impl_;
+  bool biases = false;
+  std::vector<cuda::FusedLayer> layers;
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const Impl::Layer& w = d.layers[static_cast<size_t>(l)];
+    biases = biases || w.qkv_bias || w.o_bias || w.gate_up_bias || w.down_bias;
+    layers.push_back({w.qkv, w.o, w.gate_up, w.down, w.input_norm, w.post_norm, c.qk_norm ? w.q_norm : nullptr,
+                      c.qk_norm ? w.k_norm : nullptr, d.pool_k[static_cast<size_t>(l)],
+                      d.pool_v[static_cast<size_t>(l)]});
+  }
+  cuda::FusedModel& m = d.fused;
+  m = {c.num_layers, static_cast<int32_t>(c.hidden_size), c.num_heads, c.num_kv_heads, c.head_dim,
+       static_cast<int32_t>(c.intermediate_size), static_cast<int32_t>(c.vocab_size), d.block_size,
+       c.rms_norm_eps, d.embed, d.lm_head, d.final_norm, d.rope_cos, d.rope_sin, nullptr};
+  if (const char* why = cuda::fused_step_unsupported(m, biases)) {
+    d.fused_why = why;
+    return;
+  }
+  int32_t blocks = 0;
+  cuda_try(cuda::fused_step_blocks(m, options_.device, options_.fused_blocks, &blocks), "fused step occupancy");
+  if (blocks == 0) {
+    d.fused_why = "the fused kernel cannot keep its grid resident on this device";
+    return;
+  }
+  d.fused_layers.allocate(layers.size() * sizeof(cuda::FusedLayer), &device_bytes_);
+  cuda_try(cudaMemcpy(d.fused_layers.as<void>(), layers.data(), layers.size() * sizeof(cuda::FusedLayer),
+                      cudaMemcpyHostToDevice),
+           "fused layer table");
+  m.layer = d.fused_layers.as<cuda::FusedLayer>();
+  d.fused_scratch.allocate(static_cast<size_t>(cuda::fused_scratch_floats(m, blocks)) * sizeof(float), &device_bytes_);
+  d.fused_sc = cuda::fused_scratch_carve(m, d.fused_scratch.as<float>());
+  if (options_.fused_trace) {
+    d.fused_trace_buf.allocate(cuda::kFusedTraceSlots * sizeof(long long), &device_bytes_);
+    cuda_try(cudaMemset(d.fused_trace_buf.as<void>(), 0, d.fused_trace_buf.bytes()), "trace clear");
+    d.fused_sc.trace = d.fused_trace_buf.as<long long>();
+  }
+  d.fused_blocks = blocks;
+  d.fused_why.clear();
+}
+
+std::vector<long long> CudaTransformer::fused_trace() {
+  Impl& d = *impl_;
+  std::vector<long long> marks(cuda::kFusedTraceSlots, 0), phases;
+  if (d.fused_trace_buf.bytes() == 0) return phases;
+  const std::lock_guard lock(d.stream_mutex);
+  cuda_try(cudaStreamSynchronize(stream_), "trace sync");
+  cuda_try(cudaMemcpy(marks.data(), d.fused_trace_buf.as<void>(), d.fused_trace_buf.bytes(), cudaMemcpyDeviceToHost),
+           "trace copy");
+  for (size_t i = 1; i < marks.size() && marks[i] > marks[i - 1]; ++i) phases.push_back(marks[i] - marks[i - 1]);
+  return phases;
+}
+
+bool CudaTransformer::fused_step_active() const { return impl_->fused_blocks > 0; }
+std::string CudaTransformer::fused_step_refusal() const { return impl_->fused_why; }
 
 void CudaTransformer::queue_block_copy(int32_t src, int32_t dst) {
   const std::lock_guard lock(impl_->copies_mutex);
@@ -763,8 +830,16 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     int32_t total, logit_rows;
     int32_t* argmax;  // where the rows' argmax go
   };
+  // Small forwards as the one fused kernel when it is on (not in staged rounds or timing studies).
+  const bool fused = d.fused_blocks > 0 && !stage && options_.timing_skip == 0;
   auto enqueue_step = [&](const Step& m) {
     const int32_t rows_total = m.total;
+    if (fused && rows_total <= cuda::kFusedMaxRows) {
+      const cuda::FusedStep step{m.tokens, m.pos, m.slots, m.tw, m.win, m.bt, m.lr, rows_total, m.logit_rows,
+                                 copy_logits ? d.logits : nullptr, m.argmax};
+      cuda_try(cuda::fused_step(d.fused, step, d.fused_sc, d.fused_blocks, st), "fused step");
+      return;
+    }
     const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
     // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence

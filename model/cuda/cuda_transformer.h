@@ -79,6 +79,17 @@ struct CudaTransformerOptions {
   /// For timing studies only (the logits are then meaningless): 1 leaves out every
   /// kernel but the GEMMs, 2 the attention kernels, 4 the GEMMs. 0 (the default): none.
   int32_t timing_skip = 0;
+  /// Forwards of at most cuda::kFusedMaxRows tokens (decode steps, chain steps) run as ONE
+  /// persistent kernel (model/cuda/fused_step.h) instead of ~12 launches a layer: for a
+  /// latency-bound DRAFT model. Not the same bits as the per-kernel path (longer forwards
+  /// such as prefill chunks still take it), so a target must leave it off: its tokens must
+  /// get one kernel path in every window. Ignored (fused_step_refusal says why) for shapes
+  /// the kernel does not serve, staged forwards and timing studies.
+  bool fused_step = false;
+  int32_t fused_blocks = 0;  ///< the fused kernel's grid: 0 = one block per SM
+  /// Profiling: the fused kernel's block 0 records the SM clock at each barrier of the
+  /// last fused step (fused_trace()).
+  bool fused_trace = false;
 };
 
 class CudaTransformer {
@@ -124,6 +135,13 @@ class CudaTransformer {
   size_t graph_count() const;
   /// Bytes of the BF16 matrices a decode step reads (all layers' matrices + lm_head).
   size_t matrix_bytes_per_step() const { return step_matrix_bytes_; }
+  /// Whether small forwards run as the fused step (options.fused_step, once the KV pool
+  /// exists and the shape is served), and if not, why ("off" when not asked for).
+  bool fused_step_active() const;
+  std::string fused_step_refusal() const;
+  /// With options.fused_trace: SM clock cycles between the barriers of the last fused step
+  /// (phase by phase; empty before one ran). Synchronises the stream.
+  std::vector<long long> fused_trace();
   /// The pinned cuBLASLt algorithm of each GEMM shape, for reports.
   std::vector<std::string> gemm_algorithms() const;
 
@@ -181,6 +199,8 @@ class CudaTransformer {
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out);
   /// Enqueues the queued block copies on the stream (in queue order).
   void apply_block_copies();
+  /// With options.fused_step, once the pool exists: the fused kernel's tables and scratch.
+  void setup_fused_step();
   ModelConfig config_;
   size_t step_matrix_bytes_ = 0;
   CudaTransformerOptions options_;

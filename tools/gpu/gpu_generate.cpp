@@ -403,6 +403,9 @@ int main(int argc, char** argv) {
   size_t max_cases = 1000;
   CudaTransformerOptions gpu_options;
   std::optional<CudaGemm> draft_gemm;  // the draft model's own GEMM (default: --gemm's)
+  bool fused_draft = false;            // the draft's small forwards as one fused kernel
+  int32_t fused_blocks = 0;
+  bool fused_trace = false;            // report the fused kernel's phase clocks
   bool timing = true;
   double tie_tol = 0.05;  // BF16 GPU vs float32 reference: logits differ by ~1e-2
   double logit_tol = 0.25;
@@ -432,6 +435,9 @@ int main(int argc, char** argv) {
     else if (a == "--context") context = std::stoi(next());
     else if (a == "--seed") seed = std::stoull(next());
     else if (a == "--iters") iters = std::stoi(next());
+    else if (a == "--fused-draft") fused_draft = true;
+    else if (a == "--fused-blocks") fused_blocks = std::stoi(next());
+    else if (a == "--fused-trace") fused_trace = true;
     else if (a == "--gemm" || a == "--draft-gemm") {
       const std::string g = next();
       if (g != "cublaslt" && g != "rows") {
@@ -446,7 +452,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--repeat N] [--no-timing] "
                    "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm cublaslt|rows] [--draft-gemm cublaslt|rows] "
-                   "[--no-graphs] "
+                   "[--no-graphs] [--fused-draft [--fused-blocks N] [--fused-trace]] "
                    "[--synthetic NAME [--context N] [--seed S] [--iters N]]\n",
                    argv[0]);
       return 2;
@@ -483,7 +489,13 @@ int main(int argc, char** argv) {
     CudaTransformer gt(cpu_target->config(), cpu_target->weights(), blocks, 16, gpu_options);
     CudaTransformerOptions draft_options = gpu_options;
     if (draft_gemm) draft_options.gemm = *draft_gemm;
+    draft_options.fused_step = fused_draft;
+    draft_options.fused_blocks = fused_blocks;
+    draft_options.fused_trace = fused_trace;
     CudaTransformer gd(cpu_draft->config(), cpu_draft->weights(), blocks, 16, draft_options);
+    if (fused_draft && !gd.fused_step_active())
+      throw std::runtime_error("--fused-draft: the fused step does not serve the draft: " + gd.fused_step_refusal());
+    report["draft_fused_step"] = gd.fused_step_active();
     report["gemm"] = gpu_options.gemm == CudaGemm::rows ? "gemm_rows_bf16" : "cublaslt (pinned)";
     report["draft_gemm"] = draft_options.gemm == CudaGemm::rows ? "gemm_rows_bf16" : "cublaslt (pinned)";
     KvStore kvt(gt.kv_config()), kvd(gd.kv_config());
@@ -640,6 +652,57 @@ int main(int argc, char** argv) {
                                   {"problems", bad},
                                   {"target_graphs", gt.graph_count()},
                                   {"draft_graphs", gd.graph_count()}};
+    }
+
+    // (f) the fused draft step against the per-kernel draft forward: plain greedy draft
+    // decoding of every case on both; the logits at each step until the first token that
+    // differs (and that token's margin: a difference is allowed only at a near-tie).
+    if (fused_draft) {
+      CudaTransformerOptions ref_options = draft_options;
+      ref_options.fused_step = false;
+      CudaTransformer gd_ref(cpu_draft->config(), cpu_draft->weights(), blocks, 16, ref_options);
+      int same = 0, ties = 0, bad_cases = 0;
+      double worst = 0;
+      json bad = json::array();
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const auto prompt = cases[ci]["prompt_ids"].get<std::vector<int32_t>>();
+        std::vector<float> lf, lr;
+        const PlainRun f = gpu_plain(gd, kvd, prompt, 96, {}, false, &lf);
+        const PlainRun r = gpu_plain(gd_ref, kvd, prompt, 96, {}, false, &lr);
+        const size_t V = static_cast<size_t>(cpu_draft->config().vocab_size);
+        size_t p = 0;
+        while (p < f.tokens.size() && f.tokens[p] == r.tokens[p]) ++p;
+        for (size_t i = 0; i < std::min(p + 1, f.tokens.size()) * V; ++i)
+          worst = std::max(worst, static_cast<double>(std::abs(lf[i] - lr[i])));
+        if (p == f.tokens.size()) {
+          ++same;
+          continue;
+        }
+        const double gap = std::abs(double{lr[p * V + static_cast<size_t>(f.tokens[p])]} -
+                                    lr[p * V + static_cast<size_t>(r.tokens[p])]);
+        if (gap < tie_tol) ++ties;
+        else ++bad_cases;
+        bad.push_back({{"case", ci}, {"first_divergence", p}, {"logit_gap", gap}});
+      }
+      if (bad_cases > 0 || worst > logit_tol) ok = false;
+      report["fused_draft_vs_kernels"] = {{"cases", cases.size()},     {"tokens_identical", same},
+                                          {"near_ties", ties},         {"mismatches", bad_cases},
+                                          {"worst_logits_abs", worst}, {"divergences", bad},
+                                          {"fused_blocks", fused_blocks}};
+    }
+
+    // The fused kernel's phases (SM clock cycles of block 0 between barriers) in a draft
+    // decode step after case 0's prompt.
+    if (fused_draft && fused_trace) {
+      const auto prompt = cases[0]["prompt_ids"].get<std::vector<int32_t>>();
+      CudaLogits lg;
+      const SeqId sd = kvd.add_sequence(prompt);
+      gpu_prefill(gd, kvd, sd, prompt, LogitsMode::none, lg);
+      kvd.reserve(sd, kvd.length(sd) + 1);
+      const ForwardWindow w{sd, {&prompt.back(), 1}, LogitsMode::last};
+      for (int i = 0; i < 20; ++i) gd.forward({&w, 1}, kvd, lg);
+      report["fused_trace_cycles"] = gd.fused_trace();
+      kvd.release(sd);
     }
 
     // (d)
