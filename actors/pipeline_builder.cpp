@@ -41,7 +41,9 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   std::shared_ptr<ForwardModel> target = open_model(target_dir, model_options);
   std::unique_ptr<ForwardModel> draft;
   if (c.drafter.type == DrafterKind::model) {
-    draft = open_model(resolve_model_dir(c.models.draft), model_options);
+    ModelOptions draft_options = model_options;
+    draft_options.fused_step = c.models.draft_fused_step;  // a draft's bits only move its acceptance
+    draft = open_model(resolve_model_dir(c.models.draft), draft_options);
     if (draft->config().vocab_size != target->config().vocab_size)
       fail(ErrorCode::invalid_argument, "draft model {} has a vocabulary of {}, the target {}", c.models.draft,
            draft->config().vocab_size, target->config().vocab_size);

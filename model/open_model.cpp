@@ -28,6 +28,7 @@ std::unique_ptr<ForwardModel> open_model(const std::filesystem::path& model_dir,
   CudaTransformerOptions o;
   o.device = options.device.index;
   o.max_tokens = options.max_forward_tokens;
+  o.fused_step = options.fused_step;
   // Decode steps and verify windows of a few sequences replay graphs; prefill runs eagerly.
   o.graph_max_tokens = std::min(o.max_tokens, 64);
   return std::make_unique<CudaForwardModel>(

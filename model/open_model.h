@@ -15,6 +15,10 @@ struct ModelOptions {
   /// Device models: the most tokens one forward takes (scratch and GEMM shapes are sized
   /// for it, at most 1024); callers split larger work (ForwardModel::max_forward_tokens).
   int32_t max_forward_tokens = 256;
+  /// Device models: forwards of at most 16 tokens as one persistent kernel
+  /// (CudaTransformerOptions::fused_step): for a draft model only (not the same bits as
+  /// the per-kernel path that longer forwards take). Ignored on the CPU.
+  bool fused_step = false;
 };
 
 /// Whether this build has the CUDA backend.

@@ -20,6 +20,9 @@ const char* to_string(DrafterKind kind);
 struct ModelsConfig {
   std::string target = "demo-target";  ///< directory, or a name under models/ ($SPECPIPE_MODELS)
   std::string draft = "demo-draft";    ///< used when the drafter is `model`
+  /// On a device: the draft model's forwards of at most 16 tokens (decode and chain steps)
+  /// run as one persistent kernel (model/cuda/fused_step.h). Ignored on the CPU.
+  bool draft_fused_step = true;
 };
 
 struct KvConfig {

@@ -54,6 +54,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   MapWriter models = top.begin("models");
   models.put("target", c.models.target);
   models.put("draft", c.models.draft);
+  models.put("draft_fused_step", c.models.draft_fused_step);
   models.end();
   top.word("device", c.device);
   top.put("threads", c.threads);

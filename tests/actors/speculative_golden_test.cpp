@@ -6,7 +6,12 @@
 // still equal the golden ones exactly: that is the lossless contract. The accepted counts
 // are the CPU reference's: the GPU GEMMs read BF16 activations, which can move a near-tie
 // of the draft model and so one round's proposal. There a case may differ in its rounds,
-// but at most one case in the suite, and the mean acceptance stays within 1%.
+// but at most one case in the suite, and the mean acceptance stays within 1%. That holds
+// for the per-kernel draft forward; the fused draft step (models.draft_fused_step, the
+// default on a device) sums in other orders, so its BF16 near-ties differ once more: on
+// an H100 one of the 16 cases' greedy draft runs parts from the per-kernel one at a
+// logit gap of 0.006 (tools/gpu/gpu_generate's fused_draft_vs_kernels), and the fused
+// suite allows two cases with other rounds (its output is still exact).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,9 +31,11 @@ bool on_gpu() {
   return device && std::string(device).rfind("cuda", 0) == 0;
 }
 
-TEST_P(SpeculativeGolden, AcceptedPerRoundAndOutputMatchReference) {
-  const int gamma = GetParam();
-  actors::Engine engine(test::demo_engine_config(gamma));
+/// Every public case through an engine of `config`: tokens equal the golden ones; the
+/// rounds equal the reference's exactly on the CPU, on a GPU but in `gpu_cases` cases
+/// (and the mean acceptance within 1%); the KV is all free afterwards.
+void expect_golden_rounds(const PipelineConfig& config, int gamma, int gpu_cases) {
+  actors::Engine engine(config);
   int index = 0, cases_with_other_rounds = 0;
   double accepted = 0, rounds = 0;
   for (const auto& c : test::golden_public()["cases"]) {
@@ -50,13 +57,26 @@ TEST_P(SpeculativeGolden, AcceptedPerRoundAndOutputMatchReference) {
   if (!on_gpu()) {
     EXPECT_NEAR(accepted / rounds, want_mean, 1e-9);
   } else {
-    EXPECT_LE(cases_with_other_rounds, 1);
+    EXPECT_LE(cases_with_other_rounds, gpu_cases);
     EXPECT_LE(std::abs(accepted / rounds - want_mean), 0.01 * want_mean);
-    RecordProperty("cases_with_other_rounds", cases_with_other_rounds);
+    ::testing::Test::RecordProperty("cases_with_other_rounds", cases_with_other_rounds);
   }
   const auto kv = engine.kv_occupancy();
   EXPECT_EQ(kv.free_blocks, kv.total_blocks);
   EXPECT_EQ(kv.sequences, 0u);
+}
+
+TEST_P(SpeculativeGolden, AcceptedPerRoundAndOutputMatchReference) {
+  PipelineConfig config = test::demo_engine_config(GetParam());
+  config.models.draft_fused_step = false;
+  expect_golden_rounds(config, GetParam(), 1);
+}
+
+TEST_P(SpeculativeGolden, FusedDraftStepKeepsTheOutputExact) {
+  if (!on_gpu()) GTEST_SKIP() << "the fused draft step runs on a device only";
+  PipelineConfig config = test::demo_engine_config(GetParam());
+  config.models.draft_fused_step = true;
+  expect_golden_rounds(config, GetParam(), 2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gammas, SpeculativeGolden, ::testing::Values(1, 2, 4, 8));

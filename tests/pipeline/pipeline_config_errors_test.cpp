@@ -78,6 +78,7 @@ const BadConfig kBadConfigs[] = {
   {"RealGivenText", "defaults: {temperature: hot}", "defaults.temperature", "expected a number, got \"hot\""},
   {"RealGivenMap", "defaults: {top_p: {a: 1}}", "defaults.top_p", "expected a number, got a map"},
   {"BoolGivenYes", "kv: {prefix_cache: yes}", "kv.prefix_cache", "expected true or false, got \"yes\""},
+  {"FusedStepGivenANumber", "models: {draft_fused_step: 1}", "models.draft_fused_step", "expected true or false, got \"1\""},
   {"BoolGivenOne", "defaults: {stop_at_eos: 1}", "defaults.stop_at_eos", "expected true or false, got \"1\""},
   {"BoolGivenCapitalised", "defaults: {stop_at_eos: True}", "defaults.stop_at_eos", "got \"True\""},
   {"StringGivenList", "server: {endpoint: [tcp://a]}", "server.endpoint", "expected a string, got a list"},

@@ -44,7 +44,7 @@ TEST(PipelineConfig, EmptyTextAndEmptyMapGiveTheDefaults) {
 TEST(PipelineConfig, ReadsEveryField) {
   const PipelineConfig c = parse_pipeline_config(R"(
 version: 1
-models: {target: demo-draft, draft: demo-target}
+models: {target: demo-draft, draft: demo-target, draft_fused_step: false}
 device: cuda:1
 threads: 3
 kv: {tokens: 4096, block_size: 32, prefix_cache: false}
@@ -66,6 +66,7 @@ logging: {level: debug}
   EXPECT_EQ(c.version, 1);
   EXPECT_EQ(c.models.target, "demo-draft");
   EXPECT_EQ(c.models.draft, "demo-target");
+  EXPECT_FALSE(c.models.draft_fused_step);
   EXPECT_EQ(c.device, "cuda:1");
   EXPECT_EQ(c.threads, 3);
   EXPECT_EQ(c.kv.tokens, 4096);
