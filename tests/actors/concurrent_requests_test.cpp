@@ -1,10 +1,12 @@
 // 32 concurrent requests of different lengths, greedy and sampled, some with stop
 // strings: each output equals the same request run alone (batch invariance plus one RNG
-// stream per request), and afterwards every KV block is free again.
+// stream per request), and afterwards every KV block is free again. Under ASan 12 of them
+// (every kind: both prompt lengths, greedy and sampled, stops, gamma 1..6).
 #include <gtest/gtest.h>
 
 #include "tests/support/engine.h"
 #include "tests/support/golden.h"
+#include "tests/support/sanitizer.h"
 
 namespace specpipe {
 namespace {
@@ -13,6 +15,7 @@ std::vector<actors::RequestSpec> mixed_requests() {
   std::vector<actors::RequestSpec> out;
   const auto& cases = test::golden_public()["cases"];
   for (int i = 0; i < 32; ++i) {
+    if (test::under_sanitizer() && !(i < 6 || (i >= 16 && i < 22))) continue;
     auto prompt = test::ids(cases[static_cast<size_t>(i % 16)]["prompt_ids"]);
     if (i >= 16) prompt.resize(prompt.size() / 2 + static_cast<size_t>(i));  // different lengths
     actors::RequestSpec r = test::greedy_request(prompt, 8 + (i * 7) % 33);
@@ -44,7 +47,7 @@ TEST(ConcurrentRequests, EachOutputEqualsItsSoloRunAndKvIsFreedAfterwards) {
     EXPECT_EQ(c.reason, want.reason) << "request " << index[id];
   }
   const SpecStats global = engine.stats();
-  EXPECT_EQ(global.requests, 64);
+  EXPECT_EQ(global.requests, static_cast<int64_t>(2 * requests.size()));  // solo, then together
   EXPECT_GT(global.accepted, 0);
   EXPECT_EQ(engine.kv_occupancy().free_blocks, engine.kv_occupancy().total_blocks);
   EXPECT_EQ(engine.kv_occupancy().sequences, 0u);
