@@ -423,6 +423,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // final norm of the rows that want logits, LM head, argmax (lowest index wins ties)
   const int lr = s.logit_rows;
+  if (lr == 0) {  // a prefill chunk that wants no logits (uniform: every block leaves)
+    if (trace && mark < kFusedTraceSlots - 1) trace[++mark] = clock64();
+    return;
+  }
   norm_rows(m, d, x, m.layers == 0 ? s.tokens : nullptr, s.logit_index, lr, m.final_norm, xs);
   float bv[kFusedMaxRows];
   int bi[kFusedMaxRows];
