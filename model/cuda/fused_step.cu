@@ -69,7 +69,7 @@ __device__ void norm_rows(const FusedModel& m, const Dims& d, float* x, const in
   constexpr int kU = 8;  // loads in flight per lane (the sum still runs i ascending)
   for (int r = warp; r < rows; r += kWarps) {
     const int src = src_index ? src_index[r] : r;
-    const uint16_t* emb = tokens ? m.embed + int64_t{tokens[r]} * d.H : nullptr;
+    const uint16_t* emb = tokens ? m.embed + int64_t{tokens[src]} * d.H : nullptr;
     float* xr = x + int64_t{src} * d.H;
     float acc = 0.0f;
     for (int i0 = lane; i0 < d.H; i0 += 32 * kU) {
