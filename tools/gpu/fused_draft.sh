@@ -6,8 +6,9 @@
 #      per-kernel draft (fused_draft_vs_kernels), timings (plain, speculative, draft step)
 #   2. specpipe_gpu_generate without it: the same timings, same machine, same call
 #   3. compute-sanitizer memcheck of one case with the fused drafter; racecheck only with
-#      RACECHECK=1 (on an H100 it ran past 240 s for one case, and with --kernel-name
-#      kns=fused_step_kernel the sanitizer itself failed: "Internal Sanitizer Error")
+#      RACECHECK=1 (on an H100 it ran past 240 s for one case, past 540 s with
+#      --fused-blocks 8, and with --kernel-name kns=fused_step_kernel the sanitizer
+#      itself failed: "Internal Sanitizer Error")
 # JSON and logs go to $OUT (or gpu-out/). FUSED_ARGS adds options to both runs (e.g.
 # --fused-blocks 64), SKIP_TIMING=1 leaves the timings out, SANITIZE=0 the sanitizers.
 set -uo pipefail
