@@ -17,12 +17,13 @@ build="$root/build-test"
 # Unity builds: CMake compiles each target's .cpp files #included together, 8 to a
 # source, so the heavy headers (CAF, CLI11, gtest, nlohmann/json, spdlog) are parsed and
 # their templates compiled once per batch instead of once per file. On 2 cores this took
-# the plain build from ~1,130 to ~740 CPU seconds and the sanitizer build from ~1,500 to
-# ~850. The price: two .cpp files of one target may not define file-local helpers of the
-# same name, and a class with linkage may not hold a type of an anonymous namespace (GCC's
-# -Wsubobject-linkage); .cu files are never merged, and specpipe_model_cuda opts out
-# (model/cuda/CMakeLists.txt). A file that forgets an #include can compile here thanks
-# to the file before it: SPECPIPE_UNITY_BUILD=OFF builds each file alone.
+# the plain build from ~1,130 to ~620-740 CPU seconds (two measurements) and the
+# sanitizer build from ~1,500 to ~850. The price: two .cpp files of one target may not
+# define file-local helpers of the same name, and a class with linkage may not hold a type
+# of an anonymous namespace (GCC's -Wsubobject-linkage); .cu files are never merged, and
+# specpipe_model_cuda opts out (model/cuda/CMakeLists.txt). A file that forgets an
+# #include can compile here thanks to the file before it: SPECPIPE_UNITY_BUILD=OFF builds
+# each file alone.
 unity=${SPECPIPE_UNITY_BUILD:-ON}
 extra=()
 # Under the sanitizers the property matrices (every gamma x batch x strategy, minutes

@@ -518,29 +518,47 @@ const char* fused_step_unsupported(const FusedModel& m, bool has_biases) {
   return nullptr;
 }
 
-int64_t fused_scratch_floats(const FusedModel& m, int32_t blocks) {
+namespace {
+
+/// Where each part of FusedScratch starts, in floats from the base, and the total: one
+/// layout for sizing and carving. Every part starts 16-byte aligned (float4 reads of q).
+struct ScratchLayout {
+  int64_t x, qkv, gate_up, partial, table_at, best, total;
+};
+
+ScratchLayout scratch_layout(const FusedModel& m, int32_t blocks) {
   const int64_t R = kFusedMaxRows;
   const int64_t qkvd = int64_t{m.heads + 2 * m.kv_heads} * m.head_dim;
-  return R * m.hidden + R * qkvd + R * 2 * m.inter + R * m.heads * kFusedMaxChunks * (m.head_dim + 2) +
-         int64_t{blocks} * R * 2 + R + 64;  // + alignment slack
+  int64_t at = 0;
+  auto take = [&](int64_t floats) {
+    const int64_t start = at;
+    at += (floats + 3) / 4 * 4;
+    return start;
+  };
+  ScratchLayout l{};
+  l.x = take(R * m.hidden);
+  l.qkv = take(R * qkvd);
+  l.gate_up = take(R * 2 * m.inter);
+  l.partial = take(R * m.heads * kFusedMaxChunks * (m.head_dim + 2));
+  l.table_at = take(R);  // int32 values in float slots
+  l.best = take(int64_t{blocks} * R * 2);
+  l.total = at;
+  return l;
 }
 
+}  // namespace
+
+int64_t fused_scratch_floats(const FusedModel& m, int32_t blocks) { return scratch_layout(m, blocks).total; }
+
 FusedScratch fused_scratch_carve(const FusedModel& m, float* base) {
-  const int64_t R = kFusedMaxRows;
-  const int64_t qkvd = int64_t{m.heads + 2 * m.kv_heads} * m.head_dim;
-  // Every part starts 16-byte aligned (float4 reads of q): sizes rounded up to 4 floats.
-  auto take = [&](int64_t floats) {
-    float* p = base;
-    base += (floats + 3) / 4 * 4;
-    return p;
-  };
+  const ScratchLayout l = scratch_layout(m, 0);  // best is last: its size does not move the rest
   FusedScratch s;
-  s.x = take(R * m.hidden);
-  s.qkv = take(R * qkvd);
-  s.gate_up = take(R * 2 * m.inter);
-  s.partial = take(R * m.heads * kFusedMaxChunks * (m.head_dim + 2));
-  s.table_at = reinterpret_cast<int32_t*>(take(R));
-  s.best = base;
+  s.x = base + l.x;
+  s.qkv = base + l.qkv;
+  s.gate_up = base + l.gate_up;
+  s.partial = base + l.partial;
+  s.table_at = reinterpret_cast<int32_t*>(base + l.table_at);
+  s.best = base + l.best;
   return s;
 }
 

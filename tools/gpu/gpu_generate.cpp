@@ -29,6 +29,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -221,7 +222,14 @@ std::vector<float> cpu_last_logits(Transformer& m, const std::vector<int32_t>& p
   return {lg.row(0).begin(), lg.row(0).end()};
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+/// The first index where a and b differ (the shorter length when one is a prefix).
+size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
+                             a.begin());
+}
+
+double max_abs_diff(std::span<const float> a, std::span<const float> b) {
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(double{a[i]} - b[i]));
   return worst;
@@ -395,6 +403,39 @@ json synthetic_bench(const std::string& name, int32_t context, uint64_t seed, in
 }
 
 }  // namespace
+
+/// The fused draft step (`fused`) against the per-kernel draft forward (`kernels`): plain
+/// greedy draft decoding of every case on both; the logits at each step up to the first
+/// token that differs, and that token's margin (a difference is allowed only at a
+/// near-tie, gap < tie_tol). Clears `ok` on a mismatch or logits further than logit_tol.
+json compare_fused_draft(CudaTransformer& fused, CudaTransformer& kernels, KvStore& kv, const json& cases,
+                         double tie_tol, double logit_tol, bool& ok) {
+  const auto V = static_cast<size_t>(fused.config().vocab_size);
+  int same = 0, ties = 0, bad_cases = 0;
+  double worst = 0;
+  json divergences = json::array();
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const auto prompt = cases[ci]["prompt_ids"].get<std::vector<int32_t>>();
+    std::vector<float> lf, lk;
+    const PlainRun f = gpu_plain(fused, kv, prompt, 96, {}, false, &lf);
+    const PlainRun k = gpu_plain(kernels, kv, prompt, 96, {}, false, &lk);
+    const size_t p = first_difference(f.tokens, k.tokens);
+    const size_t compared = std::min(p + 1, f.tokens.size()) * V;  // steps fed the same tokens
+    worst = std::max(worst, max_abs_diff({lf.data(), compared}, {lk.data(), compared}));
+    if (p == f.tokens.size()) {
+      ++same;
+      continue;
+    }
+    const double gap = std::abs(double{lk[p * V + static_cast<size_t>(f.tokens[p])]} -
+                                lk[p * V + static_cast<size_t>(k.tokens[p])]);
+    if (gap < tie_tol) ++ties;
+    else ++bad_cases;
+    divergences.push_back({{"case", ci}, {"first_divergence", p}, {"logit_gap", gap}});
+  }
+  if (bad_cases > 0 || worst > logit_tol) ok = false;
+  return {{"cases", cases.size()}, {"tokens_identical", same}, {"near_ties", ties}, {"mismatches", bad_cases},
+          {"worst_logits_abs", worst}, {"divergences", divergences}};
+}
 
 int main(int argc, char** argv) {
   std::string target_dir = "models/demo-target", draft_dir = "models/demo-draft",
@@ -577,9 +618,7 @@ int main(int argc, char** argv) {
         const bool same = r.tokens == plain_out[ci];
         out_equal += same;
         if (!same) {
-          size_t p = 0;
-          while (p < r.tokens.size() && r.tokens[p] == plain_out[ci][p]) ++p;
-          bad.push_back({{"case", ci}, {"output_differs_from_plain_at", p}});
+          bad.push_back({{"case", ci}, {"output_differs_from_plain_at", first_difference(r.tokens, plain_out[ci])}});
           ok = false;
         }
         const std::string g = std::to_string(gamma);
@@ -654,41 +693,13 @@ int main(int argc, char** argv) {
                                   {"draft_graphs", gd.graph_count()}};
     }
 
-    // (f) the fused draft step against the per-kernel draft forward: plain greedy draft
-    // decoding of every case on both; the logits at each step until the first token that
-    // differs (and that token's margin: a difference is allowed only at a near-tie).
+    // (f) the fused draft step against the per-kernel draft forward
     if (fused_draft) {
       CudaTransformerOptions ref_options = draft_options;
       ref_options.fused_step = false;
       CudaTransformer gd_ref(cpu_draft->config(), cpu_draft->weights(), blocks, 16, ref_options);
-      int same = 0, ties = 0, bad_cases = 0;
-      double worst = 0;
-      json bad = json::array();
-      for (size_t ci = 0; ci < cases.size(); ++ci) {
-        const auto prompt = cases[ci]["prompt_ids"].get<std::vector<int32_t>>();
-        std::vector<float> lf, lr;
-        const PlainRun f = gpu_plain(gd, kvd, prompt, 96, {}, false, &lf);
-        const PlainRun r = gpu_plain(gd_ref, kvd, prompt, 96, {}, false, &lr);
-        const size_t V = static_cast<size_t>(cpu_draft->config().vocab_size);
-        size_t p = 0;
-        while (p < f.tokens.size() && f.tokens[p] == r.tokens[p]) ++p;
-        for (size_t i = 0; i < std::min(p + 1, f.tokens.size()) * V; ++i)
-          worst = std::max(worst, static_cast<double>(std::abs(lf[i] - lr[i])));
-        if (p == f.tokens.size()) {
-          ++same;
-          continue;
-        }
-        const double gap = std::abs(double{lr[p * V + static_cast<size_t>(f.tokens[p])]} -
-                                    lr[p * V + static_cast<size_t>(r.tokens[p])]);
-        if (gap < tie_tol) ++ties;
-        else ++bad_cases;
-        bad.push_back({{"case", ci}, {"first_divergence", p}, {"logit_gap", gap}});
-      }
-      if (bad_cases > 0 || worst > logit_tol) ok = false;
-      report["fused_draft_vs_kernels"] = {{"cases", cases.size()},     {"tokens_identical", same},
-                                          {"near_ties", ties},         {"mismatches", bad_cases},
-                                          {"worst_logits_abs", worst}, {"divergences", bad},
-                                          {"fused_blocks", fused_blocks}};
+      report["fused_draft_vs_kernels"] = compare_fused_draft(gd, gd_ref, kvd, cases, tie_tol, logit_tol, ok);
+      report["fused_draft_vs_kernels"]["fused_blocks"] = fused_blocks;
     }
 
     // The fused kernel's phases (SM clock cycles of block 0 between barriers) in a draft
