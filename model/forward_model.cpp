@@ -126,4 +126,18 @@ void ForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, 
   }
 }
 
+void ForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                       KvWriteSink& sink) {
+  launched_ = false;
+  forward_greedy_chain(windows, steps, kv, sink, launched_ids_);
+  launched_ = true;
+}
+
+void ForwardModel::collect_greedy_chain(std::vector<int32_t>& ids) {
+  if (!launched_) fail(ErrorCode::invalid_argument, "forward: no launched greedy chain to collect");
+  launched_ = false;
+  ids = std::move(launched_ids_);
+  launched_ids_.clear();
+}
+
 }  // namespace specpipe

@@ -164,6 +164,23 @@ class ForwardModel {
   /// whole chain on the device without a host round trip per token.
   virtual void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                     KvWriteSink& sink, std::vector<int32_t>& ids);
+
+  /// forward_greedy_chain in two halves, so the caller can work (or another model can
+  /// run) while the chain runs: launch_greedy_chain takes the same arguments and returns
+  /// once the chain is queued (the sink is told about the rows then; they are in the
+  /// pool for any later work on this model's stream); collect_greedy_chain waits for it
+  /// and gives its ids. One chain at a time; a forward in between is allowed (it waits
+  /// for the chain first). Throws Error(invalid_argument) when nothing was launched.
+  /// This default runs the chain in launch (a host model has nothing to overlap with).
+  virtual void launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                   KvWriteSink& sink);
+  virtual void collect_greedy_chain(std::vector<int32_t>& ids);
+  /// Whether launch_greedy_chain returns before the chain's work is done (device models).
+  virtual bool launches_async() const { return false; }
+
+ private:
+  std::vector<int32_t> launched_ids_;  // the default launch's result, until collected
+  bool launched_ = false;
 };
 
 }  // namespace specpipe

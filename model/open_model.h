@@ -19,6 +19,11 @@ struct ModelOptions {
   /// (CudaTransformerOptions::fused_step): for a draft model only (not the same bits as
   /// the per-kernel path that longer forwards take). Ignored on the CPU.
   bool fused_step = false;
+  int32_t fused_blocks = 0;  ///< the fused kernel's grid (0: one block per SM of fused_sm_share)
+  float fused_sm_share = 1.0f;  ///< CudaTransformerOptions::fused_sm_share
+  /// Device models: the model's stream takes the device's highest priority (the target,
+  /// whose verification is on the critical path while a drafter drafts ahead).
+  bool high_priority_stream = false;
 };
 
 /// Whether this build has the CUDA backend.

@@ -136,6 +136,31 @@ void CudaForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windo
     return;
   }
   model_->forward_greedy_chain(windows, steps, kv, ids);  // checks the windows and reservations
+  report_chain_rows(windows, steps, kv, sink);
+}
+
+void CudaForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                           const KvStore& kv, KvWriteSink& sink) {
+  launched_on_host_ = steps > CudaTransformer::kMaxChainSteps;
+  if (launched_on_host_) {
+    ForwardModel::launch_greedy_chain(windows, steps, kv, sink);
+    return;
+  }
+  model_->launch_greedy_chain(windows, steps, kv);  // checks the windows and reservations
+  report_chain_rows(windows, steps, kv, sink);
+}
+
+void CudaForwardModel::collect_greedy_chain(std::vector<int32_t>& ids) {
+  if (launched_on_host_) {
+    launched_on_host_ = false;
+    ForwardModel::collect_greedy_chain(ids);
+    return;
+  }
+  model_->collect_greedy_chain(ids);
+}
+
+void CudaForwardModel::report_chain_rows(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                         KvWriteSink& sink) {
   // Step 0 wrote each window's tokens, step s >= 1 one token after them.
   std::vector<int32_t> starts, counts;
   for (const ForwardWindow& w : windows) {

@@ -52,8 +52,16 @@ class CudaForwardModel final : public ForwardModel {
   /// limit, the host loop beyond.
   void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                             KvWriteSink& sink, std::vector<int32_t>& ids) override;
+  /// CudaTransformer::launch_greedy_chain (up to its step limit; longer chains run at
+  /// once through the host loop).
+  void launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                           KvWriteSink& sink) override;
+  void collect_greedy_chain(std::vector<int32_t>& ids) override;
+  bool launches_async() const override { return true; }
 
  private:
+  /// The rows a greedy chain of `steps` writes: each window's tokens, then a token per step.
+  void report_chain_rows(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, KvWriteSink& sink);
   /// Tells the sink about rows [start, start + n) of each window: already in the pool,
   /// or (staged) in the model's staging buffer, window after window.
   void report_rows(std::span<const ForwardWindow> windows, std::span<const int32_t> starts,
@@ -65,6 +73,7 @@ class CudaForwardModel final : public ForwardModel {
   CudaLogits logits_;
   std::vector<int32_t> rows_;
   std::vector<WindowKvRows> written_;
+  bool launched_on_host_ = false;  // the launched chain was too long for the device chain
 };
 
 /// Registers CUDA events with core/device.h (Event::record on a CUDA stream). Idempotent;

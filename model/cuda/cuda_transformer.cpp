@@ -243,7 +243,11 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   if (options_.gemm == CudaGemm::rows && (c.hidden_size % 8 != 0 || c.q_dim() % 8 != 0 || c.intermediate_size % 8 != 0))
     fail(ErrorCode::unsupported, "CUDA forward: gemm_rows_bf16 needs hidden, q_dim and intermediate sizes divisible by 8");
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
-  cuda_try(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  int least_priority = 0, greatest_priority = 0;
+  cuda_try(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority), "stream priorities");
+  cuda_try(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
+                                        options_.high_priority_stream ? greatest_priority : least_priority),
+           "cudaStreamCreate");
   Impl& d = *impl_;
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
   const int64_t qkvd = qd + 2 * kvd;
@@ -593,8 +597,14 @@ void CudaTransformer::setup_fused_step() {
     d.fused_why = why;
     return;
   }
+  int32_t wanted = options_.fused_blocks;
+  if (wanted == 0 && options_.fused_sm_share < 1.0f) {
+    int sms = 0;
+    cuda_try(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, options_.device), "SM count");
+    wanted = std::max(1, static_cast<int32_t>(static_cast<float>(sms) * options_.fused_sm_share));
+  }
   int32_t blocks = 0;
-  cuda_try(cuda::fused_step_blocks(m, options_.device, options_.fused_blocks, &blocks), "fused step occupancy");
+  cuda_try(cuda::fused_step_blocks(m, options_.device, wanted, &blocks), "fused step occupancy");
   if (blocks == 0) {
     d.fused_why = "the fused kernel cannot keep its grid resident on this device";
     return;
@@ -675,8 +685,44 @@ void CudaTransformer::forward_greedy_chain(std::span<const ForwardWindow> window
   ids = chain_ids_;
 }
 
+void CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv) {
+  if (steps < 1 || steps > kMaxChainSteps)
+    fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain of {} steps (1..{})", steps, kMaxChainSteps);
+  const bool copy = options_.copy_logits;
+  options_.copy_logits = false;
+  try {
+    run(windows, steps, true, kv, chain_logits_, /*defer=*/true);
+  } catch (...) {
+    options_.copy_logits = copy;
+    throw;
+  }
+  options_.copy_logits = copy;
+}
+
+void CudaTransformer::collect_greedy_chain(std::vector<int32_t>& ids) {
+  {
+    const std::lock_guard stream_lock(impl_->stream_mutex);
+    settle_launched_chain();
+  }
+  if (!launched_ready_) fail(ErrorCode::invalid_argument, "CUDA forward: no launched greedy chain to collect");
+  launched_ready_ = false;
+  ids = launched_chain_ids_;
+}
+
+void CudaTransformer::settle_launched_chain() {
+  if (launched_ids_ == 0) return;
+  const int32_t count = launched_ids_;
+  launched_ids_ = 0;
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  cuda_try(cudaStreamSynchronize(stream_), "launched chain");
+  const auto* host_ids =
+      reinterpret_cast<const int32_t*>(impl_->out_host.as<float>() + int64_t{options_.max_tokens} * config_.vocab_size);
+  launched_chain_ids_.assign(host_ids, host_ids + count);
+  launched_ready_ = true;
+}
+
 void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv,
-                          CudaLogits& out) {
+                          CudaLogits& out, bool defer) {
   const ModelConfig& c = config_;
   Impl& d = *impl_;
   const KvStoreConfig& kc = kv.config();
@@ -687,6 +733,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
 
   if (d.num_blocks == 0) fail(ErrorCode::invalid_argument, "CUDA forward: no KV pool allocated (allocate_kv_pool)");
   const std::lock_guard stream_lock(d.stream_mutex);
+  settle_launched_chain();  // its ids come back in the pinned buffer this forward reuses
   // CAF runs an actor on any of its threads; the device is per thread.
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   apply_block_copies();  // copy-on-write of prefix-cache blocks, before anything reads them
@@ -951,6 +998,11 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     cuda_try(cudaGraphLaunch(it->second, st), "graph launch");
   } else {
     enqueue();
+  }
+  if (defer) {
+    launched_ids_ = steps * nw;
+    launched_ready_ = false;
+    return;
   }
   cuda_try(cudaStreamSynchronize(st), "forward");
   if (chain) {

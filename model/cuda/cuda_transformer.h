@@ -86,10 +86,17 @@ struct CudaTransformerOptions {
   /// get one kernel path in every window. Ignored (fused_step_refusal says why) for shapes
   /// the kernel does not serve, staged forwards and timing studies.
   bool fused_step = false;
-  int32_t fused_blocks = 0;  ///< the fused kernel's grid: 0 = one block per SM
+  int32_t fused_blocks = 0;  ///< the fused kernel's grid: 0 = one block per SM (of fused_sm_share)
+  /// With fused_blocks 0: the share of the SMs the fused kernel's grid takes. A draft that
+  /// runs beside the target (draft-ahead) leaves it the rest: the fused kernel's blocks
+  /// take nearly all of an SM's registers, so no target block fits beside one.
+  float fused_sm_share = 1.0f;
   /// Profiling: the fused kernel's block 0 records the SM clock at each barrier of the
   /// last fused step (fused_trace()).
   bool fused_trace = false;
+  /// The model's stream gets the device's highest priority: its blocks are scheduled
+  /// before those of other streams (a target verifying while its drafter drafts ahead).
+  bool high_priority_stream = false;
 };
 
 class CudaTransformer {
@@ -159,6 +166,12 @@ class CudaTransformer {
   void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                             std::vector<int32_t>& ids);
   static constexpr int32_t kMaxChainSteps = 16;
+  /// forward_greedy_chain without waiting: enqueues the chain and returns; the device
+  /// works on it while the caller does other things (the drafter drafting ahead while the
+  /// target verifies). collect_greedy_chain() waits for it and gives its ids. Any other
+  /// forward on this model first waits for it (the ids are kept for collect).
+  void launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv);
+  void collect_greedy_chain(std::vector<int32_t>& ids);
 
   /// Queues a copy of pool block `src` to block `dst` (every layer, K and V) on the
   /// model's stream in front of the next forward (or read_pool): the KV store's
@@ -196,7 +209,12 @@ class CudaTransformer {
                   int32_t block_size, CudaTransformerOptions options);
   /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
   /// window and step, in chain_ids_).
-  void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out);
+  /// defer (chains only): return after enqueueing, without the sync; see launch_greedy_chain.
+  void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out,
+           bool defer = false);
+  /// A launched chain still on the device: waits for it and keeps its ids for collect
+  /// (the next forward reuses the pinned buffer they come back in). Under stream_mutex.
+  void settle_launched_chain();
   /// Enqueues the queued block copies on the stream (in queue order).
   void apply_block_copies();
   /// With options.fused_step, once the pool exists: the fused kernel's tables and scratch.
@@ -210,6 +228,9 @@ class CudaTransformer {
   bool stage_rows_ = false;
   CudaLogits chain_logits_;
   std::vector<int32_t> chain_ids_;
+  int32_t launched_ids_ = 0;     ///< ids of a launched chain not yet settled (0: none)
+  bool launched_ready_ = false;  ///< a launched chain settled, its ids kept for collect
+  std::vector<int32_t> launched_chain_ids_;
 };
 
 }  // namespace specpipe
