@@ -49,6 +49,7 @@ void propose(DraftState& st, RoundBatch& b) {
   for (size_t i = 0; i < out.size(); ++i) {
     RoundItem& it = b.items[i];
     it.drafts = std::move(out[i].tokens);
+    it.drafted_ahead = out[i].made_ahead;
     it.q_row = out[i].q.empty() ? -1 : static_cast<int32_t>(row);
     for (const auto& q : out[i].q) {
       std::memcpy(b.q.view().as<float>() + row * vocab, q.data(), q.size() * sizeof(float));
@@ -80,6 +81,11 @@ draft_actor::behavior_type draft(draft_actor::pointer self, DraftDeps deps) {
       [self, st](DraftWork& w) {
         propose(*st, w.b);
         self->send(st->deps.peers->kv_router, ReserveWork{std::move(w.b)});
+        try {
+          st->deps.drafter->after_propose();  // overlaps the verification just sent
+        } catch (const std::exception& e) {
+          spdlog::warn("drafter {}: work ahead of the next round failed: {}", st->deps.drafter->name(), e.what());
+        }
       },
       [st](KvQuery) { return st->deps.drafter->kv_occupancy().value_or(KvOccupancy{}); },
       [st](DraftFinish& w) {

@@ -37,12 +37,24 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     fail(ErrorCode::invalid_argument,
          "scheduler.max_batch {} x (slots.drafter.max_gamma {} + 2) tokens exceed the 1024 a device forward takes",
          c.scheduler.max_batch, c.drafter.max_gamma);
+  // The drafter drafts the next round while the target verifies (on a device by
+  // default); the target's stream then goes first wherever both want the SMs.
+  const bool draft_ahead = c.drafter.type == DrafterKind::model &&
+                           (c.drafter.draft_ahead == DraftAhead::on ||
+                            (c.drafter.draft_ahead == DraftAhead::automatic && on_device));
+  ModelOptions target_options = model_options;
+  target_options.high_priority_stream = draft_ahead;
   const auto target_dir = resolve_model_dir(c.models.target);
-  std::shared_ptr<ForwardModel> target = open_model(target_dir, model_options);
+  std::shared_ptr<ForwardModel> target = open_model(target_dir, target_options);
   std::unique_ptr<ForwardModel> draft;
   if (c.drafter.type == DrafterKind::model) {
     ModelOptions draft_options = model_options;
     draft_options.fused_step = c.models.draft_fused_step;  // a draft's bits only move its acceptance
+    draft_options.fused_blocks = c.models.draft_fused_blocks;
+    // Drafting ahead, the draft kernel runs beside the target's: half the SMs each
+    // (measured on an H100: a third to a half of the SMs best; all of them starve the
+    // target, docs/BENCHMARKS.md section 5).
+    if (draft_ahead) draft_options.fused_sm_share = 0.5f;
     draft = open_model(resolve_model_dir(c.models.draft), draft_options);
     if (draft->config().vocab_size != target->config().vocab_size)
       fail(ErrorCode::invalid_argument, "draft model {} has a vocabulary of {}, the target {}", c.models.draft,
@@ -99,7 +111,8 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   switch (d.type) {
     case DrafterKind::model: {
       max_positions = std::min(max_positions, draft->config().max_position_embeddings);
-      p.drafter = std::make_shared<ModelDrafter>(std::move(draft), blocks, c.kv.block_size, c.scheduler.prefill_chunk);
+      p.drafter = std::make_shared<ModelDrafter>(std::move(draft), blocks, c.kv.block_size, c.scheduler.prefill_chunk,
+                                                 draft_ahead);
       break;
     }
     case DrafterKind::ngram:

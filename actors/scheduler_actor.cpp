@@ -270,6 +270,7 @@ class Scheduler : public scheduler_actor::base {
     Request& r = requests_.at(id);
     r.rng = item.rng;
     r.stats.add_round(static_cast<int32_t>(item.drafts.size()), item.accepted);
+    if (item.drafted_ahead) ++r.stats.drafted_ahead;
     std::vector<int32_t> produced(item.drafts.begin(), item.drafts.begin() + item.accepted);
     produced.push_back(item.next_token);
     TokenDelta delta;

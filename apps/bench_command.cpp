@@ -141,20 +141,23 @@ int run_bench(const BenchOptions& o) {
   std::printf("%zu prompts, %lld tokens each run, median of %d runs, batch 1, greedy, device %s, %d kernel threads\n\n",
               prompts.size(), static_cast<long long>(plain.stats.generated), o.repeat, plain_cfg.device.c_str(),
               cpu::num_threads());
-  std::printf("%-12s %5s %9s %8s %9s %10s %10s %9s %10s %9s\n", "drafter", "gamma", "tok/s", "speedup", "predicted",
-              "achv/pred", "accept %", "tok/step", "identical", "draft ms");
+  std::printf("%-12s %5s %9s %8s %9s %10s %10s %9s %10s %9s %8s\n", "drafter", "gamma", "tok/s", "speedup", "predicted",
+              "achv/pred", "accept %", "tok/step", "identical", "draft ms", "ahead %");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
     const SpecStats& s = r.run.stats;
-    std::printf("%-12s %5d %9.1f %8.2f %9.2f %10.2f %10.1f %9.2f %10s %9.1f\n", r.name.c_str(), r.gamma,
+    // ahead %: rounds whose drafts were ready from the previous round (draft-ahead)
+    const double ahead = s.rounds ? 100.0 * static_cast<double>(s.drafted_ahead) / static_cast<double>(s.rounds) : 0.0;
+    std::printf("%-12s %5d %9.1f %8.2f %9.2f %10.2f %10.1f %9.2f %10s %9.1f %8.1f\n", r.name.c_str(), r.gamma,
                 r.run.tok_per_s, r.speedup, r.predicted, r.speedup / r.predicted, 100.0 * s.acceptance_rate(),
-                s.tokens_per_step(), r.identical ? "yes" : "NO", s.draft_ms);
+                s.tokens_per_step(), r.identical ? "yes" : "NO", s.draft_ms, ahead);
     out.push_back({{"drafter", r.name}, {"gamma", r.gamma}, {"tok_per_s", r.run.tok_per_s}, {"speedup", r.speedup},
                    {"predicted_speedup", r.predicted}, {"achieved_over_predicted", r.speedup / r.predicted},
                    {"acceptance_rate", s.acceptance_rate()}, {"tokens_per_target_step", s.tokens_per_step()},
                    {"rounds", s.rounds}, {"proposed", s.proposed}, {"accepted", s.accepted},
                    {"accepted_hist", s.accepted_hist}, {"draft_ms", s.draft_ms}, {"verify_ms", s.verify_ms},
-                   {"commit_ms", s.commit_ms}, {"messaging_ms", s.messaging_ms}, {"identical_to_plain", r.identical}});
+                   {"commit_ms", s.commit_ms}, {"messaging_ms", s.messaging_ms}, {"drafted_ahead", s.drafted_ahead},
+                   {"identical_to_plain", r.identical}});
   }
   const nlohmann::json doc = {{"prompts", o.prompts}, {"repeat", o.repeat}, {"device", plain_cfg.device},
                               {"threads", cpu::num_threads()},

@@ -94,6 +94,9 @@ std::string format_summary(const actors::Completion& c, const PipelineConfig& co
         "rounds: {} | proposed: {} | accepted: {} ({:.1f}%) | tokens per target step: {:.2f} | accepted-length histogram: "
         "[{}]\n",
         s.rounds, s.proposed, s.accepted, 100.0 * s.acceptance_rate(), s.tokens_per_step(), hist);
+    if (s.drafted_ahead > 0)
+      out += fmt::format("drafted ahead (during the previous round's verification): {} of {} rounds\n",
+                         s.drafted_ahead, s.rounds);
   }
   out += fmt::format("time: draft {:.1f} ms | verify {:.1f} ms | kv commit {:.1f} ms | messaging {:.1f} ms\n", s.draft_ms,
                      s.verify_ms, s.commit_ms, s.messaging_ms);

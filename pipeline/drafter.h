@@ -33,6 +33,8 @@ struct Proposal {
   /// q[i]: the distribution tokens[i] was drawn from (sampling with a model drafter);
   /// empty when the proposal is deterministic (greedy, or n-gram lookup).
   std::vector<std::vector<float>> q;
+  /// The drafts were ready before the round asked (the model drafter's draft-ahead).
+  bool made_ahead = false;
 };
 
 class Drafter {
@@ -47,6 +49,10 @@ class Drafter {
   virtual void propose(std::span<const DraftItem> items, std::vector<Proposal>& out) = 0;
   /// The sequence ended; frees what start() took.
   virtual void finish(RequestId request) = 0;
+  /// Called once the round's proposals are on their way to the target: a drafter may
+  /// start work for the next round that overlaps the verification (the model drafter's
+  /// draft-ahead). It must not change what the next propose() returns.
+  virtual void after_propose() {}
   /// The drafter's own KV store, if it has one.
   virtual std::optional<KvOccupancy> kv_occupancy() const { return std::nullopt; }
   /// The stream the drafter's device work runs on (the draft actor records the round's

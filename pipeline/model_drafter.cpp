@@ -8,6 +8,11 @@
 
 namespace specpipe {
 namespace {
+/// Longer draft-ahead chains are not launched: a device model runs chains of up to 16
+/// steps on the device (CudaTransformer::kMaxChainSteps), longer ones from the host,
+/// which would not overlap anything.
+constexpr int32_t kMaxAheadSteps = 16;
+
 /// Sets up the draft model's pool (a device model allocates it here) and returns the
 /// layout of the store that keeps its books.
 KvStoreConfig draft_pool(ForwardModel& m, int32_t blocks, int32_t block_size) {
@@ -19,11 +24,12 @@ KvStoreConfig draft_pool(ForwardModel& m, int32_t blocks, int32_t block_size) {
 }  // namespace
 
 ModelDrafter::ModelDrafter(std::unique_ptr<ForwardModel> model, int32_t kv_blocks, int32_t block_size,
-                           int32_t prefill_chunk)
+                           int32_t prefill_chunk, bool draft_ahead)
     : model_(std::move(model)),
       kv_(draft_pool(*model_, kv_blocks, block_size)),
       writer_(kv_),
-      prefill_chunk_(prefill_chunk) {}
+      prefill_chunk_(prefill_chunk),
+      draft_ahead_(draft_ahead) {}
 
 ModelDrafter::Sequence& ModelDrafter::at(RequestId request) {
   auto it = sequences_.find(request);
@@ -61,6 +67,8 @@ ForwardWindow ModelDrafter::first_window(Sequence& s, size_t max_feed, int32_t e
 }
 
 void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposal>& out) {
+  settle_ahead();
+  last_drafts_.clear();
   out.assign(items.size(), Proposal{});
   std::vector<Sequence*> seqs;
   int32_t max_gamma = 0;
@@ -76,8 +84,16 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   // windows stay within the model's tokens per forward.
   const auto per_item = model_->max_forward_tokens() / static_cast<int32_t>(std::max<size_t>(items.size(), 1));
   const auto batch_feed = static_cast<size_t>(std::max(2, std::min(prefill_chunk_, per_item)));
+  // What a draft-ahead chain left: matching K/V, and on a chain round maybe the drafts.
+  std::vector<bool> ready(items.size(), false);
+  for (size_t i = 0; i < items.size(); ++i)
+    out[i].made_ahead = ready[i] = adopt_ahead(items[i].request, *seqs[i], chain ? max_gamma : 0, out[i].tokens);
   if (chain && max_gamma > 0) {
-    propose_chain(items, seqs, batch_feed, out);
+    propose_chain(items, seqs, batch_feed, ready, out);
+    if (draft_ahead_) {
+      for (size_t i = 0; i < items.size(); ++i) last_drafts_.emplace_back(items[i].request, out[i].tokens.back());
+      last_gamma_ = max_gamma;
+    }
     return;
   }
   std::vector<ForwardWindow> windows;
@@ -120,22 +136,108 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
 }
 
 void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs,
-                                 size_t max_feed, std::vector<Proposal>& out) {
+                                 size_t max_feed, const std::vector<bool>& ready, std::vector<Proposal>& out) {
   const int32_t gamma = items.front().gamma;
   std::vector<ForwardWindow> windows;
-  for (Sequence* s : seqs) windows.push_back(first_window(*s, max_feed, gamma - 1, /*greedy=*/true));
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (ready[i]) continue;
+    windows.push_back(first_window(*seqs[i], max_feed, gamma - 1, /*greedy=*/true));
+    owner.push_back(i);
+  }
+  if (windows.empty()) return;
   model_->forward_greedy_chain(windows, gamma, kv_, writer_, chain_ids_);
   const size_t n = windows.size();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t w = 0; w < n; ++w) {
     // The K/V of the catch-up and of every draft but the last (never fed) are in the
     // pool: commit them, as the step-by-step path does.
-    kv_.commit(windows[i].seq, windows[i].tokens);
-    for (int32_t step = 0; step < gamma; ++step) out[i].tokens.push_back(chain_ids_[static_cast<size_t>(step) * n + i]);
-    kv_.commit(windows[i].seq, std::span<const int32_t>(out[i].tokens).first(static_cast<size_t>(gamma - 1)));
+    std::vector<int32_t>& drafts = out[owner[w]].tokens;
+    kv_.commit(windows[w].seq, windows[w].tokens);
+    for (int32_t step = 0; step < gamma; ++step) drafts.push_back(chain_ids_[static_cast<size_t>(step) * n + w]);
+    kv_.commit(windows[w].seq, std::span<const int32_t>(drafts).first(static_cast<size_t>(gamma - 1)));
   }
 }
 
+void ModelDrafter::after_propose() {
+  if (!draft_ahead_ || last_drafts_.empty() || ahead_running_) return;
+  // Feed each sequence's last draft, then draft gamma + 1 more: the guess of the bonus
+  // token and the next round's gamma drafts after it.
+  const int32_t steps = last_gamma_ + 1;
+  if (steps > kMaxAheadSteps) return;
+  const int32_t max_positions = model_->config().max_position_embeddings;
+  ahead_requests_.clear();
+  ahead_first_.clear();
+  ahead_from_.clear();
+  for (const auto& [request, last] : last_drafts_) {
+    auto it = sequences_.find(request);
+    if (it == sequences_.end()) continue;
+    const SeqId seq = it->second.seq;
+    const int32_t from = kv_.length(seq);
+    if (from + steps > max_positions || kv_.blocks_needed(seq, from + steps) > kv_.free_blocks()) continue;
+    kv_.reserve(seq, from + steps);  // fits (checked): the chain's rows [from, from + steps)
+    ahead_requests_.push_back(request);
+    ahead_first_.push_back(last);
+    ahead_from_.push_back(from);
+  }
+  last_drafts_.clear();
+  if (ahead_requests_.empty()) return;
+  std::vector<ForwardWindow> windows;
+  for (size_t i = 0; i < ahead_requests_.size(); ++i)
+    windows.push_back({sequences_.at(ahead_requests_[i]).seq, {&ahead_first_[i], 1}, LogitsMode::last, -1, true});
+  model_->launch_greedy_chain(windows, steps, kv_, writer_);
+  ahead_running_ = true;
+  ahead_steps_ = steps;
+  ahead_stats_.launched += static_cast<int64_t>(windows.size());
+}
+
+void ModelDrafter::settle_ahead() {
+  if (!ahead_running_) return;
+  ahead_running_ = false;
+  model_->collect_greedy_chain(chain_ids_);
+  const size_t n = ahead_requests_.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (!sequences_.count(ahead_requests_[i])) continue;
+    Ahead a;
+    a.from = ahead_from_[i];
+    a.fed.push_back(ahead_first_[i]);
+    for (int32_t step = 0; step < ahead_steps_; ++step) {
+      const int32_t id = chain_ids_[static_cast<size_t>(step) * n + i];
+      a.ids.push_back(id);
+      if (step + 1 < ahead_steps_) a.fed.push_back(id);
+    }
+    ahead_[ahead_requests_[i]] = std::move(a);
+  }
+}
+
+bool ModelDrafter::adopt_ahead(RequestId request, Sequence& s, int32_t want, std::vector<int32_t>& drafts) {
+  auto it = ahead_.find(request);
+  if (it == ahead_.end()) return false;
+  const Ahead a = std::move(it->second);
+  ahead_.erase(it);
+  if (kv_.length(s.seq) != a.from) return false;  // the books moved since (not expected)
+  const auto from = static_cast<size_t>(a.from);
+  size_t m = 0;  // fed tokens that match the context at their positions
+  while (m < a.fed.size() && from + m < s.context.size() && a.fed[m] == s.context[from + m]) ++m;
+  // When the matched tokens reach the end of the context (every draft and the bonus
+  // accepted), ids[m - 1] onwards are the drafts that continue it.
+  const bool covers = m >= 1 && from + m == s.context.size();
+  if (want > 0 && covers && a.ids.size() - (m - 1) >= static_cast<size_t>(want)) {
+    const auto first = a.ids.begin() + static_cast<std::ptrdiff_t>(m - 1);
+    drafts.assign(first, first + want);
+    // The context and every draft but the last, as propose_chain leaves them.
+    kv_.commit(s.seq, std::span<const int32_t>(a.fed).first(m - 1 + static_cast<size_t>(want)));
+    ++ahead_stats_.used;
+    return true;
+  }
+  // Keep the matching K/V but the pending token's: the catch-up window feeds at least it.
+  const size_t keep = s.context.size() > from ? std::min(m, s.context.size() - from - 1) : 0;
+  if (keep > 0) kv_.commit(s.seq, std::span<const int32_t>(a.fed).first(keep));
+  return false;
+}
+
 void ModelDrafter::finish(RequestId request) {
+  settle_ahead();  // its chain may still write this sequence's blocks
+  ahead_.erase(request);
   auto it = sequences_.find(request);
   if (it == sequences_.end()) return;
   kv_.release(it->second.seq);

@@ -8,6 +8,16 @@
 /// sequences of a round share each forward (varlen batch). When every sequence drafts
 /// greedily the same number of tokens, the round is one ForwardModel::forward_greedy_chain
 /// (a device model then drafts all of them without a host round trip per token).
+///
+/// Draft-ahead (optional): after a greedy chain round has gone to the target
+/// (after_propose), the drafter goes on drafting as if the target will accept every draft:
+/// it feeds the last draft and drafts gamma + 1 tokens more, the first of them its guess
+/// of the target's bonus token. On a device that chain runs while the target verifies.
+/// When the target accepts every draft and its bonus is the guess, the next round's
+/// drafts are already made; otherwise the K/V that still match the context are kept and
+/// the rest is left to be overwritten. The drafts are the same tokens either way (batch
+/// invariance: a row's result does not depend on the window it came in); only when they
+/// are computed moves.
 #include <map>
 #include <memory>
 
@@ -22,7 +32,7 @@ class ModelDrafter final : public Drafter {
   /// The draft KV store gets `kv_blocks` blocks of `block_size` tokens (no prefix cache:
   /// it holds unverified drafts); a device model's pool is allocated here.
   ModelDrafter(std::unique_ptr<ForwardModel> model, int32_t kv_blocks, int32_t block_size,
-               int32_t prefill_chunk);
+               int32_t prefill_chunk, bool draft_ahead = false);
 
   std::string name() const override { return "draft-model"; }
   void start(RequestId request, std::span<const int32_t> context) override;
@@ -30,6 +40,17 @@ class ModelDrafter final : public Drafter {
   void finish(RequestId request) override;
   std::optional<KvOccupancy> kv_occupancy() const override { return kv_.occupancy(); }
   Stream stream() const override { return model_->stream(); }
+  /// Launches the draft-ahead chain of the last round (when on and that round was a
+  /// greedy chain).
+  void after_propose() override;
+
+  /// Draft-ahead counts, per sequence: chains launched, and rounds whose drafts they
+  /// made (the others still keep their matching K/V).
+  struct AheadStats {
+    int64_t launched = 0;
+    int64_t used = 0;
+  };
+  const AheadStats& ahead_stats() const { return ahead_stats_; }
 
   const KvStore& kv() const { return kv_; }
   const ForwardModel& model() const { return *model_; }
@@ -45,9 +66,24 @@ class ModelDrafter final : public Drafter {
   /// Step 0's window of one sequence: its catch-up, after prefilling all but the last
   /// token of one longer than `max_feed`; reserves `extra` positions after it.
   ForwardWindow first_window(Sequence& s, size_t max_feed, int32_t extra, bool greedy);
-  /// The chain path of propose (all greedy, one gamma).
+  /// The chain path of propose (all greedy, one gamma) for the items whose drafts the
+  /// draft-ahead did not already make (ready[i]).
   void propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
-                     std::vector<Proposal>& out);
+                     const std::vector<bool>& ready, std::vector<Proposal>& out);
+
+  /// A sequence's part of a finished draft-ahead chain.
+  struct Ahead {
+    int32_t from = 0;          // committed KV length at launch: fed[i] is at from + i
+    std::vector<int32_t> fed;  // the round's last draft, then every chain id but the last
+    std::vector<int32_t> ids;  // the chain's ids: ids[i] is the draft after fed[0..i]
+  };
+  /// Waits for a launched draft-ahead chain and files each live sequence's Ahead.
+  void settle_ahead();
+  /// Applies a sequence's Ahead once its context has this round's tokens: commits the K/V
+  /// that match the context and, when `want` > 0 drafts are all made already, returns
+  /// true with them in `drafts` (the K/V then hold the context and every draft but the
+  /// last, as after a chain).
+  bool adopt_ahead(RequestId request, Sequence& s, int32_t want, std::vector<int32_t>& drafts);
 
   std::unique_ptr<ForwardModel> model_;
   KvStore kv_;
@@ -57,6 +93,16 @@ class ModelDrafter final : public Drafter {
   Logits logits_;
   std::vector<float> q_scratch_;
   std::vector<int32_t> chain_ids_;
+
+  bool draft_ahead_;
+  bool ahead_running_ = false;                    // a launched chain not yet settled
+  int32_t ahead_steps_ = 0;
+  std::vector<RequestId> ahead_requests_;         // the launched chain's windows, in order
+  std::vector<int32_t> ahead_first_, ahead_from_; // each window's token and position
+  std::map<RequestId, Ahead> ahead_;              // settled, waiting for the next round
+  std::vector<std::pair<RequestId, int32_t>> last_drafts_;  // (request, last draft) of a chain round
+  int32_t last_gamma_ = 0;
+  AheadStats ahead_stats_;
 };
 
 }  // namespace specpipe

@@ -20,4 +20,20 @@ const char* to_string(DrafterKind kind) {
   return "?";
 }
 
+DraftAhead parse_draft_ahead(const std::string& text) {
+  if (text == "auto") return DraftAhead::automatic;
+  if (text == "on") return DraftAhead::on;
+  if (text == "off") return DraftAhead::off;
+  fail(ErrorCode::invalid_argument, "unknown draft_ahead '{}' (auto, on or off)", text);
+}
+
+const char* to_string(DraftAhead mode) {
+  switch (mode) {
+    case DraftAhead::automatic: return "auto";
+    case DraftAhead::on: return "on";
+    case DraftAhead::off: return "off";
+  }
+  return "?";
+}
+
 }  // namespace specpipe

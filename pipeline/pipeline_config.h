@@ -17,12 +17,21 @@ enum class DrafterKind { model, ngram, none };
 DrafterKind parse_drafter_kind(const std::string& text);  ///< "model", "ngram", "none"
 const char* to_string(DrafterKind kind);
 
+/// slots.drafter.draft_ahead: automatic ("auto") is on with a device and off on the CPU,
+/// where the two models would share the same cores.
+enum class DraftAhead { automatic, on, off };
+DraftAhead parse_draft_ahead(const std::string& text);  ///< "auto", "on", "off"
+const char* to_string(DraftAhead mode);
+
 struct ModelsConfig {
   std::string target = "demo-target";  ///< directory, or a name under models/ ($SPECPIPE_MODELS)
   std::string draft = "demo-draft";    ///< used when the drafter is `model`
   /// On a device: the draft model's forwards of at most 16 tokens (decode and chain steps)
   /// run as one persistent kernel (model/cuda/fused_step.h). Ignored on the CPU.
   bool draft_fused_step = true;
+  /// The fused kernel's grid: 0 = automatic (one block per SM, half the SMs when the
+  /// drafter drafts ahead: the rest are the target's).
+  int32_t draft_fused_blocks = 0;
 };
 
 struct KvConfig {
@@ -40,6 +49,9 @@ struct DrafterConfig {
   int32_t gamma = 4;       ///< drafts per round (requests may ask for another, up to max_gamma)
   int32_t max_gamma = 16;
   NgramConfig ngram;       ///< for type ngram (max_proposals follows gamma)
+  /// Type model: draft the next round while the target verifies this one
+  /// (pipeline/model_drafter.h).
+  DraftAhead draft_ahead = DraftAhead::automatic;
 };
 
 struct SchedulerSection {

@@ -55,6 +55,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   models.put("target", c.models.target);
   models.put("draft", c.models.draft);
   models.put("draft_fused_step", c.models.draft_fused_step);
+  models.put("draft_fused_blocks", c.models.draft_fused_blocks);
   models.end();
   top.word("device", c.device);
   top.put("threads", c.threads);
@@ -70,6 +71,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   drafter.word("type", to_string(c.drafter.type));
   drafter.put("gamma", c.drafter.gamma);
   drafter.put("max_gamma", c.drafter.max_gamma);
+  drafter.word("draft_ahead", to_string(c.drafter.draft_ahead));
   MapWriter ngram = drafter.begin("ngram");
   ngram.put("max_n", c.drafter.ngram.max_ngram);
   ngram.put("min_n", c.drafter.ngram.min_ngram);

@@ -48,7 +48,7 @@ void read_kv(const Section& top, KvConfig& kv) {
 }
 
 void read_drafter(const Section& slots, DrafterConfig& d) {
-  const Section s = slots.child("drafter", {"type", "gamma", "max_gamma", "ngram"});
+  const Section s = slots.child("drafter", {"type", "gamma", "max_gamma", "ngram", "draft_ahead"});
   std::string type = to_string(d.type);
   s.read_choice("type", type, {"model", "ngram", "none"});
   d.type = parse_drafter_kind(type);
@@ -56,6 +56,9 @@ void read_drafter(const Section& slots, DrafterConfig& d) {
   s.read("max_gamma", d.max_gamma, IntRange{0, 64});
   if (d.gamma > d.max_gamma)
     s.fail("gamma", fmt::format("{} is out of range [0, {}] (max_gamma)", d.gamma, d.max_gamma));
+  std::string ahead = to_string(d.draft_ahead);
+  s.read_choice("draft_ahead", ahead, {"auto", "on", "off"});
+  d.draft_ahead = parse_draft_ahead(ahead);
   const Section ngram = s.child("ngram", {"max_n", "min_n"});
   ngram.read("max_n", d.ngram.max_ngram, IntRange{1, 16});
   ngram.read("min_n", d.ngram.min_ngram, IntRange{1, 16});
@@ -220,10 +223,11 @@ PipelineConfig read_document(const YAML::Node& root, std::string_view source,
                      "logging", "plugins"});
   top.read("version", c.version, IntRange{std::numeric_limits<int32_t>::min(), kInt32Max});
   if (c.version != 1) top.fail("version", fmt::format("version {} is not supported (this build reads 1)", c.version));
-  const Section models = top.child("models", {"target", "draft", "draft_fused_step"});
+  const Section models = top.child("models", {"target", "draft", "draft_fused_step", "draft_fused_blocks"});
   models.read("target", c.models.target);
   models.read("draft", c.models.draft);
   models.read("draft_fused_step", c.models.draft_fused_step);
+  models.read("draft_fused_blocks", c.models.draft_fused_blocks, IntRange{0, 1024});
   read_device(top, c.device);
   top.read("threads", c.threads, IntRange{0, 4096});
   read_kv(top, c.kv);

@@ -24,6 +24,7 @@ void SpecStats::merge(const SpecStats& o) {
   prompt_tokens += o.prompt_tokens;
   cached_prompt_tokens += o.cached_prompt_tokens;
   draft_failures += o.draft_failures;
+  drafted_ahead += o.drafted_ahead;
   prefill_ms += o.prefill_ms;
   draft_ms += o.draft_ms;
   verify_ms += o.verify_ms;

@@ -15,6 +15,7 @@ struct SpecStats {
   std::vector<int32_t> accepted_per_round;  ///< per request only: k of every round
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0;
   int64_t draft_failures = 0;  ///< rounds whose drafter failed and ran without drafts
+  int64_t drafted_ahead = 0;   ///< rounds whose drafts were made during the previous round
   double prefill_ms = 0;    ///< target + draft prompt forwards
   double draft_ms = 0;      ///< drafter compute in rounds
   double verify_ms = 0;     ///< target forward + acceptance in rounds

@@ -177,6 +177,7 @@ nlohmann::json stats_json(const SpecStats& s) {
           {"prompt_tokens", s.prompt_tokens},
           {"cached_prompt_tokens", s.cached_prompt_tokens},
           {"draft_failures", s.draft_failures},
+          {"drafted_ahead", s.drafted_ahead},
           {"prefill_ms", s.prefill_ms},
           {"draft_ms", s.draft_ms},
           {"verify_ms", s.verify_ms},

@@ -11,7 +11,9 @@
 // default on a device) sums in other orders, so its BF16 near-ties differ once more: on
 // an H100 one of the 16 cases' greedy draft runs parts from the per-kernel one at a
 // logit gap of 0.006 (tools/gpu/gpu_generate's fused_draft_vs_kernels), and the fused
-// suite allows two cases with other rounds (its output is still exact).
+// suite allows two cases with other rounds (its output is still exact). Draft-ahead
+// (slots.drafter.draft_ahead) must not move a single round: its suite has the bounds of
+// the per-kernel one.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,6 +40,7 @@ void expect_golden_rounds(const PipelineConfig& config, int gamma, int gpu_cases
   actors::Engine engine(config);
   int index = 0, cases_with_other_rounds = 0;
   double accepted = 0, rounds = 0;
+  int64_t drafted_ahead = 0;
   for (const auto& c : test::golden_public()["cases"]) {
     const auto want_tokens = test::ids(c["target_greedy_96"]);
     const auto want_rounds = c["spec"][std::to_string(gamma)]["accepted_per_round"].get<std::vector<int32_t>>();
@@ -49,6 +52,7 @@ void expect_golden_rounds(const PipelineConfig& config, int gamma, int gpu_cases
     } else if (got.stats.accepted_per_round != want_rounds) {
       ++cases_with_other_rounds;
     }
+    drafted_ahead += got.stats.drafted_ahead;
     accepted += static_cast<double>(got.stats.accepted);
     rounds += static_cast<double>(got.stats.rounds);
     ++index;
@@ -61,6 +65,12 @@ void expect_golden_rounds(const PipelineConfig& config, int gamma, int gpu_cases
     EXPECT_LE(std::abs(accepted / rounds - want_mean), 0.01 * want_mean);
     ::testing::Test::RecordProperty("cases_with_other_rounds", cases_with_other_rounds);
   }
+  // Draft-ahead on: some rounds' drafts were made during the previous round; off: none.
+  if (config.drafter.draft_ahead == DraftAhead::on) {
+    EXPECT_GT(drafted_ahead, 0);
+  } else if (config.drafter.draft_ahead == DraftAhead::off) {
+    EXPECT_EQ(drafted_ahead, 0);
+  }
   const auto kv = engine.kv_occupancy();
   EXPECT_EQ(kv.free_blocks, kv.total_blocks);
   EXPECT_EQ(kv.sequences, 0u);
@@ -69,6 +79,16 @@ void expect_golden_rounds(const PipelineConfig& config, int gamma, int gpu_cases
 TEST_P(SpeculativeGolden, AcceptedPerRoundAndOutputMatchReference) {
   PipelineConfig config = test::demo_engine_config(GetParam());
   config.models.draft_fused_step = false;
+  config.drafter.draft_ahead = DraftAhead::off;
+  expect_golden_rounds(config, GetParam(), 1);
+}
+
+// Drafting the next round while the target verifies (on by default with a device) must
+// give every round the same drafts: the same rounds as the reference, on the CPU too.
+TEST_P(SpeculativeGolden, DraftAheadKeepsEveryRound) {
+  PipelineConfig config = test::demo_engine_config(GetParam());
+  config.models.draft_fused_step = false;
+  config.drafter.draft_ahead = DraftAhead::on;
   expect_golden_rounds(config, GetParam(), 1);
 }
 

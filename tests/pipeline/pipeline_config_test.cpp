@@ -44,7 +44,7 @@ TEST(PipelineConfig, EmptyTextAndEmptyMapGiveTheDefaults) {
 TEST(PipelineConfig, ReadsEveryField) {
   const PipelineConfig c = parse_pipeline_config(R"(
 version: 1
-models: {target: demo-draft, draft: demo-target, draft_fused_step: false}
+models: {target: demo-draft, draft: demo-target, draft_fused_step: false, draft_fused_blocks: 66}
 device: cuda:1
 threads: 3
 kv: {tokens: 4096, block_size: 32, prefix_cache: false}
@@ -54,6 +54,7 @@ slots:
     gamma: 7
     max_gamma: 9
     ngram: {max_n: 5, min_n: 2}
+    draft_ahead: off
   verify_plan: {type: fixed}
   kv_write: {type: direct}
   acceptance: {type: standard}
@@ -67,6 +68,7 @@ logging: {level: debug}
   EXPECT_EQ(c.models.target, "demo-draft");
   EXPECT_EQ(c.models.draft, "demo-target");
   EXPECT_FALSE(c.models.draft_fused_step);
+  EXPECT_EQ(c.models.draft_fused_blocks, 66);
   EXPECT_EQ(c.device, "cuda:1");
   EXPECT_EQ(c.threads, 3);
   EXPECT_EQ(c.kv.tokens, 4096);
@@ -77,6 +79,7 @@ logging: {level: debug}
   EXPECT_EQ(c.drafter.max_gamma, 9);
   EXPECT_EQ(c.drafter.ngram.max_ngram, 5);
   EXPECT_EQ(c.drafter.ngram.min_ngram, 2);
+  EXPECT_EQ(c.drafter.draft_ahead, DraftAhead::off);
   EXPECT_EQ(c.scheduler.max_batch, 8);
   EXPECT_EQ(c.scheduler.max_queue, 100);
   EXPECT_EQ(c.scheduler.prefill_chunk, 64);
