@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after tools/gpu/bundle.sh ran where the
 # project builds: the demo pair on the GPU (specpipe_gpu_generate: golden tokens, logits
-# vs the CPU forward, speculation gamma 1..8, tok/s, verify-window costs), then the
-# Hugging Face baseline (tools/gpu/hf_bench.py: plain and assisted generate), then a short
-# compute-sanitizer memcheck of one case. JSON files go to $OUT (or gpu-out/).
-# Exit status: non-zero if specpipe_gpu_generate failed.
-# Environment: GEN_TIMEOUT, HF_TIMEOUT, MEMCHECK_TIMEOUT (seconds), GEN_ARGS, HF_ARGS.
+# vs the CPU forward, speculation gamma 1..8, tok/s, verify-window costs; its loop drafts
+# on demand), then the actor engine as a user runs it (`specpipe bench --device cuda:0`:
+# fused draft step and draft-ahead, their defaults on a device), then the Hugging Face
+# baseline (tools/gpu/hf_bench.py: plain and assisted generate), then a short
+# compute-sanitizer memcheck of one case. JSON files go to $OUT (or gpu-out/), and
+# bench_summary.json puts the figures of the goals side by side.
+# Exit status: non-zero if specpipe_gpu_generate or the engine bench failed.
+# Environment: GEN_TIMEOUT, ENGINE_TIMEOUT, HF_TIMEOUT, MEMCHECK_TIMEOUT (seconds),
+# GEN_ARGS, ENGINE_ARGS, HF_ARGS.
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_gpu_generate bench
@@ -29,6 +33,14 @@ if t:
     print("verify", [(w["n"], round(w["relative"], 3)) for w in t["verify_window_us"]], "draft step us", t["draft_step_us"])
 PY
 
+# The engine: plain and draft-model speculation through the actors, medians of 5 runs.
+# shellcheck disable=SC2086
+SPECPIPE_MODELS="$(pwd)/models" timeout "${ENGINE_TIMEOUT:-300}" "$bundle/bin/specpipe" bench --device cuda:0 \
+  --json "$out/engine_bench.json" ${ENGINE_ARGS:---repeat 5 --no-ngram --gammas 3,4,5} >"$out/engine_bench.txt" 2>&1 ||
+  status=1
+echo "engine bench exit: $status"
+grep -E "^(plain|draft model)" "$out/engine_bench.txt" || tail -n 5 "$out/engine_bench.txt"
+
 if command -v python3 >/dev/null && python3 -c "import torch, transformers" 2>/dev/null; then
   # shellcheck disable=SC2086
   timeout "${HF_TIMEOUT:-260}" python3 tools/gpu/hf_bench.py --out "$out/hf_bench.json" ${HF_ARGS:-} \
@@ -41,6 +53,43 @@ for k, v in r['runs'].items(): print(k, {x: v.get(x) for x in ('tok_s', 'greedy_
 else
   echo "hf_bench: torch/transformers not importable, skipped"
 fi
+
+# The goals' figures side by side (each ratio within this call).
+python3 - "$out" <<'PY' || true
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name)))
+    except (OSError, ValueError):
+        return {}
+gen, engine, hf = load("gpu_generate.json"), load("engine_bench.json"), load("hf_bench.json")
+s = {}
+t = gen.get("timing", {})
+if t:
+    s["standalone_plain_tok_s"] = t["plain"]["tok_s"]
+    s["standalone_spec_best"] = t["spec_best"]
+rows = engine.get("results", [])
+plain = next((r for r in rows if r["drafter"] == "plain"), None)
+spec = [r for r in rows if r["drafter"] == "draft model" and r["identical_to_plain"]]
+if plain:
+    s["engine_plain_tok_s"] = plain["tok_per_s"]
+if spec:
+    best = max(spec, key=lambda r: r["speedup"])
+    s["engine_spec_best"] = {k: best[k] for k in ("gamma", "tok_per_s", "speedup", "drafted_ahead", "rounds")}
+    s["engine_all_identical_to_plain"] = all(r["identical_to_plain"] for r in rows)
+runs = hf.get("runs", {})
+for k, v in runs.items():
+    if v.get("tok_s"):
+        s[f"hf_{k}_tok_s"] = v["tok_s"]
+hf_plain = runs.get("plain_bfloat16", {}).get("tok_s")  # the BF16 baseline, as ours
+if hf_plain and plain:
+    s["engine_plain_over_hf_plain"] = plain["tok_per_s"] / hf_plain
+if hf_plain and t:
+    s["standalone_plain_over_hf_plain"] = t["plain"]["tok_s"] / hf_plain
+json.dump(s, open(os.path.join(out, "bench_summary.json"), "w"), indent=2)
+print("summary:", json.dumps(s))
+PY
 
 sanitizer="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
 if [[ -n "$sanitizer" && "${MEMCHECK_TIMEOUT:-90}" -gt 0 ]]; then

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after tools/gpu/bundle.sh: draft-ahead
+# (slots.drafter.draft_ahead, pipeline/model_drafter.h) through the actor engine on the
+# device, checked and timed in one call.
+#   1. speculative_golden_test on the device: outputs exact with draft-ahead off and on,
+#      and the rounds of the draft-ahead suite as the per-kernel one's (their bounds);
+#   2. `specpipe bench --device cuda:0` for each config below, in rounds (A B C A B C ...)
+#      so that drift of the machine hits them alike; medians of each run's repeats;
+#   3. compute-sanitizer memcheck of one draft-ahead golden case set (MEMCHECK=0 skips).
+# Outputs go to $OUT (or gpu-out/). Exit status: non-zero if a check failed.
+set -uo pipefail
+source "$(dirname "$0")/bundle_env.sh"
+gpu_bundle_env specpipe draft_ahead
+root="$(pwd)"
+export SPECPIPE_SOURCE_DIR="$root" SPECPIPE_MODELS="$root/models" SPECPIPE_TEST_DEVICE="${DEVICE:-cuda:0}"
+status=0
+
+timeout "${SUITE_TIMEOUT:-300}" "$bundle/bin/speculative_golden_test" --gtest_brief=1 \
+  >"$out/speculative_golden_test.txt" 2>&1
+rc=$?
+echo "speculative_golden_test exit: $rc ($(grep -E '^\[  (PASSED|FAILED)' "$out/speculative_golden_test.txt" | tr '\n' ' '))"
+[[ $rc -eq 0 ]] || { status=1; grep -E "Failure|FAILED|error|Expected|Which" "$out/speculative_golden_test.txt" | head -n 30; }
+
+# The configs compared (CONFIGS, in this order each round): auto (the defaults: on with a
+# device, the fused draft kernel on half the SMs), ahead_off, ahead_on (the same as auto
+# on a device), ahead_<N> (on, the draft kernel on N blocks, e.g. ahead_132 on every SM
+# of an H100: the other SMs are left to the target).
+config_yaml() {
+  case "$1" in
+    auto) printf 'version: 1\n' ;;  # the defaults: on with a device, the draft kernel on half the SMs
+    ahead_off) printf 'version: 1\nslots: {drafter: {draft_ahead: off}}\n' ;;
+    ahead_on) printf 'version: 1\nslots: {drafter: {draft_ahead: on}}\n' ;;
+    ahead_*) printf 'version: 1\nmodels: {draft_fused_blocks: %s}\nslots: {drafter: {draft_ahead: on}}\n' "${1#ahead_}" ;;
+    *) echo "draft_ahead.sh: unknown config $1" >&2; return 1 ;;
+  esac
+}
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for cfg in ${CONFIGS:-ahead_off auto}; do
+    config_yaml "$cfg" >"$out/$cfg.yaml" || { status=1; continue; }
+    # shellcheck disable=SC2086
+    timeout "${BENCH_TIMEOUT:-240}" "$exe" bench --device "$SPECPIPE_TEST_DEVICE" --config "$out/$cfg.yaml" \
+      --json "$out/bench_${cfg}_$round.json" ${BENCH_ARGS:---repeat 3 --no-ngram --gammas 3,4,5} \
+      >"$out/bench_${cfg}_$round.txt" 2>&1 || status=1
+    echo "== $cfg, round $round"
+    cat "$out/bench_${cfg}_$round.txt"
+  done
+done
+
+if [[ "${MEMCHECK:-1}" != 0 ]]; then
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  timeout "${MEMCHECK_TIMEOUT:-300}" "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 \
+    "$bundle/bin/speculative_golden_test" --gtest_brief=1 --gtest_filter='*DraftAheadKeepsEveryRound/2' \
+    >"$out/memcheck_draft_ahead.txt" 2>&1
+  rc=$?
+  echo "memcheck (draft-ahead, gamma 4) exit: $rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck_draft_ahead.txt"))"
+  [[ $rc -eq 0 ]] || status=1
+fi
+exit $status
