@@ -55,6 +55,40 @@ TEST(ConcurrentRequests, EachOutputEqualsItsSoloRunAndKvIsFreedAfterwards) {
   EXPECT_EQ(engine.draft_kv_occupancy().sequences, 0u);
 }
 
+// Draft-ahead under a batch that changes: greedy requests of one gamma (so every round is
+// a chain the drafter extends ahead) and different lengths run together, so sequences
+// finish and leave the batch while a draft-ahead chain is pending. Each output is the
+// target's greedy continuation (the golden tokens), some rounds were drafted ahead, and
+// both KV stores are free afterwards.
+TEST(ConcurrentRequests, DraftAheadKeepsOutputsExactAsTheBatchChanges) {
+  PipelineConfig config = test::demo_engine_config();
+  config.drafter.draft_ahead = DraftAhead::on;
+  actors::Engine engine(config);
+  const auto& cases = test::golden_public()["cases"];
+  const size_t n = test::under_sanitizer() ? 6 : 16;
+  std::vector<actors::RequestSpec> requests;
+  std::vector<std::vector<int32_t>> want;
+  for (size_t i = 0; i < n; ++i) {
+    const auto max_tokens = static_cast<int32_t>(16 + 5 * i);
+    requests.push_back(test::greedy_request(test::ids(cases[i]["prompt_ids"]), max_tokens));
+    want.push_back(test::ids(cases[i]["target_greedy_96"]));
+    want.back().resize(static_cast<size_t>(max_tokens));
+  }
+  test::Completions done;
+  std::map<RequestId, size_t> index;
+  for (size_t i = 0; i < requests.size(); ++i) index[engine.submit(requests[i], done.sink())] = i;
+  int64_t drafted_ahead = 0;
+  for (const auto& [id, c] : done.wait(requests.size())) {
+    ASSERT_EQ(c.reason, FinishReason::length) << c.error;
+    EXPECT_EQ(c.tokens, want[index[id]]) << "request " << index[id];
+    drafted_ahead += c.stats.drafted_ahead;
+  }
+  EXPECT_GT(drafted_ahead, 0);
+  EXPECT_EQ(engine.kv_occupancy().free_blocks, engine.kv_occupancy().total_blocks);
+  EXPECT_EQ(engine.draft_kv_occupancy().free_blocks, engine.draft_kv_occupancy().total_blocks);
+  EXPECT_EQ(engine.draft_kv_occupancy().sequences, 0u);
+}
+
 // The prefix cache on whatever device the engine runs (on a GPU the store keeps only the
 // books and the target model holds the blocks): a repeated prompt reuses its cached full
 // blocks and gets the same output as the first time.
