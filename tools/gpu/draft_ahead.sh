@@ -3,7 +3,7 @@
 # (slots.drafter.draft_ahead, pipeline/model_drafter.h) through the actor engine on the
 # device, checked and timed in one call.
 #   1. speculative_golden_test on the device: outputs exact with draft-ahead off and on,
-#      and the rounds of the draft-ahead suite as the per-kernel one's (their bounds);
+#      and the rounds of the draft-ahead suite as the per-kernel one's (GOLDEN=0 skips);
 #   2. `specpipe bench --device cuda:0` for each config below, in rounds (A B C A B C ...)
 #      so that drift of the machine hits them alike; medians of each run's repeats;
 #   3. compute-sanitizer memcheck of one draft-ahead golden case set (MEMCHECK=0 skips).
@@ -13,23 +13,33 @@ source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe draft_ahead
 root="$(pwd)"
 export SPECPIPE_SOURCE_DIR="$root" SPECPIPE_MODELS="$root/models" SPECPIPE_TEST_DEVICE="${DEVICE:-cuda:0}"
+export SPECPIPE_PLUGIN_DIR="$root/$bundle/plugins"
 status=0
 
-timeout "${SUITE_TIMEOUT:-300}" "$bundle/bin/speculative_golden_test" --gtest_brief=1 \
-  >"$out/speculative_golden_test.txt" 2>&1
-rc=$?
-echo "speculative_golden_test exit: $rc ($(grep -E '^\[  (PASSED|FAILED)' "$out/speculative_golden_test.txt" | tr '\n' ' '))"
-[[ $rc -eq 0 ]] || { status=1; grep -E "Failure|FAILED|error|Expected|Which" "$out/speculative_golden_test.txt" | head -n 30; }
+if [[ "${GOLDEN:-1}" != 0 ]]; then
+  timeout "${SUITE_TIMEOUT:-300}" "$bundle/bin/speculative_golden_test" --gtest_brief=1 \
+    >"$out/speculative_golden_test.txt" 2>&1
+  rc=$?
+  echo "speculative_golden_test exit: $rc ($(grep -E '^\[  (PASSED|FAILED)' "$out/speculative_golden_test.txt" | tr '\n' ' '))"
+  [[ $rc -eq 0 ]] || { status=1; grep -E "Failure|FAILED|error|Expected|Which" "$out/speculative_golden_test.txt" | head -n 30; }
+fi
 
 # The configs compared (CONFIGS, in this order each round): auto (the defaults: on with a
 # device, the fused draft kernel on half the SMs), ahead_off, ahead_on (the same as auto
 # on a device), ahead_<N> (on, the draft kernel on N blocks, e.g. ahead_132 on every SM
-# of an H100: the other SMs are left to the target).
+# of an H100: the other SMs are left to the target), kernels_off / kernels_on (the
+# per-kernel draft forward instead of the fused step, draft-ahead off / on), scv_off /
+# scv_on (the SCV plugin choosing gamma, draft-ahead off / on).
 config_yaml() {
   case "$1" in
     auto) printf 'version: 1\n' ;;  # the defaults: on with a device, the draft kernel on half the SMs
     ahead_off) printf 'version: 1\nslots: {drafter: {draft_ahead: off}}\n' ;;
     ahead_on) printf 'version: 1\nslots: {drafter: {draft_ahead: on}}\n' ;;
+    kernels_off) printf 'version: 1\nmodels: {draft_fused_step: false}\nslots: {drafter: {draft_ahead: off}}\n' ;;
+    kernels_on) printf 'version: 1\nmodels: {draft_fused_step: false}\nslots: {drafter: {draft_ahead: on}}\n' ;;
+    scv_off | scv_on)  # SCV's per-round gamma (examples/pipelines/scv.yaml) without / with draft-ahead
+      printf 'version: 1\nplugins: {scv: {path: specpipe_scv, config: {max_gamma: 8}}}\n'
+      printf 'slots: {drafter: {type: model, gamma: 4, draft_ahead: %s}, verify_plan: {type: scv}}\n' "${1#scv_}" ;;
     ahead_*) printf 'version: 1\nmodels: {draft_fused_blocks: %s}\nslots: {drafter: {draft_ahead: on}}\n' "${1#ahead_}" ;;
     *) echo "draft_ahead.sh: unknown config $1" >&2; return 1 ;;
   esac
