@@ -25,6 +25,7 @@ r = json.load(open(sys.argv[1]))
 p = r.get("plain", {})
 print("pass:", r.get("pass"), "error:", r.get("error"))
 print("plain:", {k: p.get(k) for k in ("identical", "near_ties", "mismatches", "worst_logits_vs_cpu", "worst_logits_vs_reference")})
+print("launched chain (draft-ahead) == chain:", r.get("launched_chain"))
 for g, s in r.get("spec", {}).items():
     print("spec", g, {k: s[k] for k in ("output_equals_plain", "accepted_per_round_checked", "accepted_per_round_equal", "mean_accepted")})
 t = r.get("timing", {})

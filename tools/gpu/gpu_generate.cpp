@@ -437,6 +437,37 @@ json compare_fused_draft(CudaTransformer& fused, CudaTransformer& kernels, KvSto
           {"worst_logits_abs", worst}, {"divergences", divergences}};
 }
 
+/// The draft-ahead path of the model (launch_greedy_chain / collect_greedy_chain) against
+/// forward_greedy_chain: for the first cases, a chain of `steps` after the prompt, run
+/// three times on one sequence (nothing is committed, so each run starts at the same
+/// position and writes the same K/V): synchronously, launched then collected, and launched
+/// with a forward in between (which must wait for the chain and keep its ids for
+/// collect). Clears `ok` on any difference.
+json compare_launched_chain(CudaTransformer& m, KvStore& kv, const json& cases, int32_t steps, bool& ok) {
+  int same = 0, checked = 0;
+  CudaLogits lg;
+  for (size_t ci = 0; ci < std::min<size_t>(cases.size(), 4); ++ci) {
+    const auto prompt = cases[ci]["prompt_ids"].get<std::vector<int32_t>>();
+    const std::span<const int32_t> context(prompt.data(), prompt.size() - 1);
+    const SeqId seq = kv.add_sequence({});
+    gpu_prefill(m, kv, seq, context, LogitsMode::none, lg);
+    kv.reserve(seq, static_cast<int32_t>(prompt.size()) + steps - 1);
+    const ForwardWindow w{seq, std::span<const int32_t>(&prompt.back(), 1), LogitsMode::last};
+    std::vector<int32_t> want, direct, between;
+    m.forward_greedy_chain({&w, 1}, steps, kv, want);
+    m.launch_greedy_chain({&w, 1}, steps, kv);
+    m.collect_greedy_chain(direct);
+    m.launch_greedy_chain({&w, 1}, steps, kv);
+    m.forward({&w, 1}, kv, lg);  // queued behind the chain; rewrites its first row's same K/V
+    m.collect_greedy_chain(between);
+    checked += 2;
+    same += (direct == want) + (between == want);
+    kv.release(seq);
+  }
+  if (same != checked) ok = false;
+  return {{"steps", steps}, {"chains_checked", checked}, {"identical_to_forward_greedy_chain", same}};
+}
+
 int main(int argc, char** argv) {
   std::string target_dir = "models/demo-target", draft_dir = "models/demo-draft",
               golden_path = "tests/data/golden-public.json";
@@ -701,6 +732,9 @@ int main(int argc, char** argv) {
       report["fused_draft_vs_kernels"] = compare_fused_draft(gd, gd_ref, kvd, cases, tie_tol, logit_tol, ok);
       report["fused_draft_vs_kernels"]["fused_blocks"] = fused_blocks;
     }
+
+    // (g) a launched chain (draft-ahead) == the synchronous chain
+    report["launched_chain"] = compare_launched_chain(gd, kvd, cases, 5, ok);
 
     // The fused kernel's phases (SM clock cycles of block 0 between barriers) in a draft
     // decode step after case 0's prompt.
