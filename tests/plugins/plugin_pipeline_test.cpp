@@ -123,7 +123,6 @@ TEST_P(RuntimeFault, FallsBackCountedAndOutputsStayCorrect) {
   const auto [slot, mode] = GetParam();
   actors::Engine engine(with_faulty(slot, mode));
   const auto& prompts = test::property_prompts();
-  const auto& want = test::property_references();
   test::Completions done;
   std::map<RequestId, size_t> prompt_of;
   // Under ASan three concurrent requests (the fault strikes in the first rounds either way).
@@ -132,7 +131,7 @@ TEST_P(RuntimeFault, FallsBackCountedAndOutputsStayCorrect) {
     prompt_of[engine.submit(test::greedy_request(prompts[p], test::kPropertyNewTokens, 3), done.sink())] = p;
   for (const auto& [id, c] : done.wait(n)) {
     ASSERT_EQ(c.reason, FinishReason::length) << c.error;
-    EXPECT_EQ(c.tokens, want[prompt_of[id]]) << mode << ", prompt " << prompt_of[id];
+    EXPECT_EQ(c.tokens, test::property_reference(prompt_of[id])) << mode << ", prompt " << prompt_of[id];
   }
   const nlohmann::json m = engine.strategy_metrics()[slot];
   const nlohmann::json& host = std::string(slot) == "kv_write" ? m["plugin"]["host"] : m["host"];

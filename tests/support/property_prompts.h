@@ -16,6 +16,9 @@ constexpr int32_t kPropertyNewTokens = 24;
 const std::vector<std::vector<int32_t>>& property_prompts();
 /// Plain greedy decoding of each, kPropertyNewTokens tokens, EOS ignored.
 const std::vector<std::vector<int32_t>>& property_references();
+/// The reference of prompt `i` alone (computed on first use): for suites that need a
+/// few, so a process does not decode all 16 (minutes under ASan).
+const std::vector<int32_t>& property_reference(size_t i);
 
 /// The property matrix on a running engine: gamma 1..8 x batches of 1, 4 and 16
 /// property prompts; every output must equal its plain greedy reference, and every KV
