@@ -175,8 +175,6 @@ class ForwardModel {
   virtual void launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                    KvWriteSink& sink);
   virtual void collect_greedy_chain(std::vector<int32_t>& ids);
-  /// Whether launch_greedy_chain returns before the chain's work is done (device models).
-  virtual bool launches_async() const { return false; }
 
  private:
   std::vector<int32_t> launched_ids_;  // the default launch's result, until collected

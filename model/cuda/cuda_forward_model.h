@@ -57,7 +57,6 @@ class CudaForwardModel final : public ForwardModel {
   void launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                            KvWriteSink& sink) override;
   void collect_greedy_chain(std::vector<int32_t>& ids) override;
-  bool launches_async() const override { return true; }
 
  private:
   /// The rows a greedy chain of `steps` writes: each window's tokens, then a token per step.

@@ -112,6 +112,10 @@ struct CudaTransformer::Impl {
   };
   DeviceBuffer weights_bf16, weights_f32, rope, pool, scratch, meta, workspace;
   PinnedBuffer meta_host, out_host;
+  // The argmax ids come back after the logits rows of out_host ([max_tokens, vocab] floats).
+  int32_t* host_ids(int64_t max_tokens, int64_t vocab) const {
+    return reinterpret_cast<int32_t*>(out_host.as<float>() + max_tokens * vocab);
+  }
   std::vector<Layer> layers;
   uint16_t* embed = nullptr;
   uint16_t* lm_head = nullptr;
@@ -671,27 +675,21 @@ void CudaTransformer::forward(std::span<const ForwardWindow> windows, const KvSt
 
 void CudaTransformer::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                            std::vector<int32_t>& ids) {
-  if (steps < 1 || steps > kMaxChainSteps)
-    fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain of {} steps (1..{})", steps, kMaxChainSteps);
-  const bool copy = options_.copy_logits;
-  options_.copy_logits = false;
-  try {
-    run(windows, steps, true, kv, chain_logits_);
-  } catch (...) {
-    options_.copy_logits = copy;
-    throw;
-  }
-  options_.copy_logits = copy;
+  run_chain(windows, steps, kv, /*defer=*/false);
   ids = chain_ids_;
 }
 
 void CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv) {
+  run_chain(windows, steps, kv, /*defer=*/true);
+}
+
+void CudaTransformer::run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer) {
   if (steps < 1 || steps > kMaxChainSteps)
     fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain of {} steps (1..{})", steps, kMaxChainSteps);
   const bool copy = options_.copy_logits;
   options_.copy_logits = false;
   try {
-    run(windows, steps, true, kv, chain_logits_, /*defer=*/true);
+    run(windows, steps, true, kv, chain_logits_, defer);
   } catch (...) {
     options_.copy_logits = copy;
     throw;
@@ -715,8 +713,7 @@ void CudaTransformer::settle_launched_chain() {
   launched_ids_ = 0;
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   cuda_try(cudaStreamSynchronize(stream_), "launched chain");
-  const auto* host_ids =
-      reinterpret_cast<const int32_t*>(impl_->out_host.as<float>() + int64_t{options_.max_tokens} * config_.vocab_size);
+  const int32_t* host_ids = impl_->host_ids(options_.max_tokens, config_.vocab_size);
   launched_chain_ids_.assign(host_ids, host_ids + count);
   launched_ready_ = true;
 }
@@ -855,7 +852,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   const float eps = c.rms_norm_eps;
   cudaStream_t st = stream_;
   const bool copy_logits = options_.copy_logits;
-  auto* host_ids = reinterpret_cast<int32_t*>(d.out_host.as<float>() + options_.max_tokens * V);
+  int32_t* host_ids = d.host_ids(options_.max_tokens, V);
   // y[0:m] = x W^T through the chosen batch-invariant GEMM; x is [m, k] bf16, dense.
   const bool rows_gemm = options_.gemm == CudaGemm::rows;
   auto gemm = [&](const cuda::LtGemm& lt, const uint16_t* xb, const uint16_t* w, float* y, int32_t m, int64_t n,

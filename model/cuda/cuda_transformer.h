@@ -209,6 +209,9 @@ class CudaTransformer {
                   int32_t block_size, CudaTransformerOptions options);
   /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
   /// window and step, in chain_ids_).
+  /// forward_greedy_chain (defer false) and launch_greedy_chain (defer true): the step
+  /// check and run() without logits copies.
+  void run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer);
   /// defer (chains only): return after enqueueing, without the sync; see launch_greedy_chain.
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out,
            bool defer = false);

@@ -22,3 +22,12 @@ gpu_bundle_env() {
   fi
   return 0
 }
+
+# For the scripts that run the engine's binaries (engine_check.sh, draft_ahead.sh), after
+# gpu_bundle_env: where the tests find the sources, models and plugins, and the device.
+gpu_engine_env() {
+  local root
+  root="$(pwd)"
+  export SPECPIPE_SOURCE_DIR="$root" SPECPIPE_MODELS="$root/models" SPECPIPE_TEST_DEVICE="${DEVICE:-cuda:0}"
+  export SPECPIPE_PLUGIN_DIR="$root/$bundle/plugins"
+}

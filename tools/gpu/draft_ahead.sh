@@ -11,9 +11,7 @@
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe draft_ahead
-root="$(pwd)"
-export SPECPIPE_SOURCE_DIR="$root" SPECPIPE_MODELS="$root/models" SPECPIPE_TEST_DEVICE="${DEVICE:-cuda:0}"
-export SPECPIPE_PLUGIN_DIR="$root/$bundle/plugins"
+gpu_engine_env
 status=0
 
 if [[ "${GOLDEN:-1}" != 0 ]]; then

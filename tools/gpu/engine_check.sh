@@ -16,9 +16,7 @@
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe engine_check
-root="$(pwd)"
-export SPECPIPE_SOURCE_DIR="$root" SPECPIPE_MODELS="$root/models" SPECPIPE_TEST_DEVICE="${DEVICE:-cuda:0}"
-export SPECPIPE_PLUGIN_DIR="$root/$bundle/plugins"
+gpu_engine_env
 status=0
 for t in ${SUITES:-speculative_golden_test concurrent_requests_test speculative_property_test plugin_pipeline_test}; do
   timeout "${SUITE_TIMEOUT:-240}" "$bundle/bin/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
