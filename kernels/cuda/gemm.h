@@ -1,13 +1,15 @@
 #pragma once
 /// Dense projections y = x W^T on the GPU (CPU reference: cpu::linear).
 ///
-/// Two implementations with the same contract, both batch invariant for m = 1..max_m
+/// Three implementations with the same contract, each batch invariant for every m
 /// (a row's result never depends on m or on the other rows; kernels/cuda/README.md):
 ///   LtGemm        cuBLASLt, one algorithm pinned per shape (no split-K, no reduction
 ///                 scheme), picked once by the heuristic at m = max_m and reused for
 ///                 every m after cublasLtMatmulAlgoCheck accepted it for each m.
 ///   gemm_rows_bf16 a plain kernel for small m: a warp per output column, a fixed
 ///                 per-lane FMA chain over k and a fixed butterfly across lanes.
+///   gemm_mma_bf16 tensor cores streaming W once for up to 64 rows: decode and verify
+///                 windows at the memory's rate (gemm_mma.cu).
 /// BF16 path: W bf16, x converted to bf16 (cuda::f32_to_bf16), FP32 accumulate, FP32 y.
 /// F32 path (LtGemm only): everything float32, FP32 compute (no TF32).
 #include <cublasLt.h>
@@ -72,5 +74,19 @@ class LtGemm {
 /// aligned x and w (returns cudaErrorInvalidValue otherwise).
 cudaError_t gemm_rows_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y,
                            int64_t ldy, int32_t m, cudaStream_t stream);
+
+/// Rows gemm_mma_bf16 serves in one pass over W; more rows take more passes.
+constexpr int32_t kMaxMmaRows = 64;
+
+/// The same y = x W^T as gemm_rows_bf16 with tensor cores (bf16 products, f32 sums): a
+/// block per 16 output columns, its 4 warps each summing every 4th 32-wide k step with
+/// m16n8k16 mma, the warps' sums added in warp order. The order depends on k only, so a
+/// row's bits do not depend on m or the other rows. overlap_previous launches it with
+/// programmatic dependent launch (sm_90): its first weight loads are issued while the
+/// kernel before it on the stream finishes, and x is read only after that kernel's writes
+/// are visible. Requires k % 32 == 0, ldx % 8 == 0 and 16-byte aligned x and w
+/// (cudaErrorInvalidValue otherwise).
+cudaError_t gemm_mma_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y,
+                          int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous = false);
 
 }  // namespace specpipe::cuda

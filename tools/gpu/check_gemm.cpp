@@ -1,4 +1,5 @@
-// GEMMs (cuBLASLt with a pinned algorithm, and the small-m row kernel) against
+// GEMMs (cuBLASLt with a pinned algorithm, the small-m row kernel, the tensor-core
+// weight-streaming kernel) against
 // cpu::linear, their batch invariance for m = 1..64, and their speed at Llama-3-8B
 // shapes against the device-to-device copy bandwidth.
 #include <cublasLt.h>
@@ -42,7 +43,7 @@ std::vector<float> cpu_linear(DType t, const void* w, int64_t n, int64_t k, cons
   return y;
 }
 
-/// The three implementations behind one signature: y[0:m] from x (bf16 or f32 on the device).
+/// The four implementations behind one signature: y[0:m] from x (bf16 or f32 on the device).
 struct GemmImpl {
   std::string name;
   bool bf16;
@@ -75,12 +76,17 @@ std::vector<GemmImpl> implementations(cublasLtHandle_t lt, const cuda::GemmShape
                    CUDA_OK(cuda::gemm_rows_bf16(static_cast<const uint16_t*>(x), ldx, static_cast<const uint16_t*>(w),
                                                 n, k, y, ldy, m, stream));
                  }});
+  out.push_back({"mma_bf16", true, [=](const void* x, const void* w, float* y, int32_t m) {
+                   CUDA_OK(cuda::gemm_mma_bf16(static_cast<const uint16_t*>(x), ldx, static_cast<const uint16_t*>(w),
+                                               n, k, y, ldy, m, stream));
+                 }});
   return out;
 }
 
 void check_accuracy_and_invariance(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
-  const int64_t n = 1536, k = 1024, ldx = k + 64, ldy = n + 32;
-  const int32_t M = 64;
+  // n not a multiple of 16 (gemm_mma's tile edge); M over 64 (its second pass over W).
+  const int64_t n = 1528, k = 1024, ldx = k + 64, ldy = n + 32;
+  const int32_t M = 80;
   const auto w = random_floats(static_cast<size_t>(n * k), 1001, -0.1f, 0.1f);
   const auto w16 = to_bf16(w);
   const auto x = random_floats(static_cast<size_t>(M * ldx), 1002, -2.0f, 2.0f);
@@ -89,7 +95,7 @@ void check_accuracy_and_invariance(Report& report, cublasLtHandle_t lt, cudaStre
   CUDA_OK(cuda::f32_to_bf16(dx32.get(), M, k, ldx, dx16.get(), ldx, stream));
 
   std::vector<std::unique_ptr<cuda::LtGemm>> keep;
-  const auto impls = implementations(lt, {n, k, ldx, ldy, M}, stream, keep, report, "n1536 k1024");
+  const auto impls = implementations(lt, {n, k, ldx, ldy, M}, stream, keep, report, "n1528 k1024");
   const int32_t m_acc = 7;
   const auto ref_bf16x = cpu_linear(DType::bf16, w16.data(), n, k, round_bf16(x), m_acc, ldx, ldy);
   const auto ref_f32x = cpu_linear(DType::bf16, w16.data(), n, k, x, m_acc, ldx, ldy);
@@ -122,7 +128,7 @@ void check_accuracy_and_invariance(Report& report, cublasLtHandle_t lt, cudaStre
       got.insert(got.end(), a.begin(), a.end());
       want.insert(want.end(), b.begin(), b.end());
     }
-    report.bitwise("gemm_invariance " + g.name + " m=1..64", got.data(), want.data(), got.size());
+    report.bitwise("gemm_invariance " + g.name + " m=1..80", got.data(), want.data(), got.size());
 
     // Row 5 of x placed at rows 0 and 8 of other matrices (m = 9 and m = 64).
     auto moved = random_floats(x.size(), 1003, -2.0f, 2.0f);
@@ -173,17 +179,30 @@ void time_llama8b(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
     cuda::LtGemm g;
     lt_ok(g.init(lt, {n, k, k, n, 64, cuda::GemmPrecision::bf16}), "LtGemm::init (timing)");
     report.info(std::string("algo lt_bf16 timing ") + mat.name, g.description());
-    for (int32_t m : {1, 5, 8}) {
+    for (int32_t m : {1, 5, 8, 9, 16}) {
       const double lt_us = time_us(stream, 3, 20, [&] { lt_ok(g.run(x.get(), w.get(), y.get(), m, stream), "run"); });
       const double rows_us = time_us(stream, 3, 20, [&] {
         CUDA_OK(cuda::gemm_rows_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream));
       });
-      step_us["lt_bf16@m" + std::to_string(m)] += lt_us * mat.per_token;
-      step_us["rows_bf16@m" + std::to_string(m)] += rows_us * mat.per_token;
+      const double mma_us = time_us(stream, 3, 20, [&] {
+        CUDA_OK(cuda::gemm_mma_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream));
+      });
+      // Back to back with programmatic dependent launch: each launch's first weight loads
+      // overlap the end of the one before (as after the row kernels in a forward).
+      const double pdl_us = time_us(stream, 3, 20, [&] {
+        CUDA_OK(cuda::gemm_mma_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream, true));
+      });
+      const std::string at = "@m" + std::to_string(m);
+      step_us["mma_pdl_bf16" + at] += pdl_us * mat.per_token;
+      step_us["lt_bf16" + at] += lt_us * mat.per_token;
+      step_us["rows_bf16" + at] += rows_us * mat.per_token;
+      step_us["mma_bf16" + at] += mma_us * mat.per_token;
       report.timing({{"name", std::string("gemm llama3-8b ") + mat.name + " m " + std::to_string(m)},
                      {"n", n}, {"k", k}, {"floor_us", floor_us},
                      {"lt_bf16_us", lt_us}, {"lt_bf16_x_floor", lt_us / floor_us},
-                     {"rows_bf16_us", rows_us}, {"rows_bf16_x_floor", rows_us / floor_us}});
+                     {"rows_bf16_us", rows_us}, {"rows_bf16_x_floor", rows_us / floor_us},
+                     {"mma_bf16_us", mma_us}, {"mma_bf16_x_floor", mma_us / floor_us},
+                     {"mma_pdl_bf16_us", pdl_us}, {"mma_pdl_bf16_x_floor", pdl_us / floor_us}});
     }
   }
   nlohmann::json step = {{"name", "gemm llama3-8b one decode step (32 layers + lm_head)"},
