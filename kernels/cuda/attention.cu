@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace specpipe::cuda {
 namespace {
@@ -159,6 +160,7 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
 template <int kDimLanes, int kHeadsPerThread>
 __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
                                                                    AttentionBatch b) {
+  detail::begin_dependent_kernel();
   __shared__ ChunkShared<kDimLanes> sh;
   ChunkTask task;
   if (!load_chunk(s, pool, b, sh, task)) return;
@@ -264,6 +266,7 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
 /// outb != null: the result goes there as BF16 bits instead of to b.out.
 __global__ void __launch_bounds__(kThreads) attention_combine_kernel(AttentionShape s, AttentionBatch b,
                                                                      uint16_t* outb) {
+  detail::begin_dependent_kernel();
   const int32_t row = blockIdx.y, h = blockIdx.x, hd = s.head_dim;
   const RowInfo r = row_info(b, row);
   const int32_t chunks = attention_chunks(r.keys);
@@ -290,10 +293,11 @@ cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const 
   // Value chains per thread: the group's heads over the threads that share a dim.
   const int span = s.head_dim < kFastThreads ? s.head_dim : kFastThreads;
   const int per_thread = (s.num_heads / s.num_kv_heads + kFastThreads / span - 1) / (kFastThreads / span);
-  if (per_thread <= 1) attention_chunk_kernel<kDimLanes, 1><<<grid, kFastThreads, 0, stream>>>(s, pool, b);
-  else if (per_thread <= 2) attention_chunk_kernel<kDimLanes, 2><<<grid, kFastThreads, 0, stream>>>(s, pool, b);
-  else attention_chunk_kernel<kDimLanes, kMaxGroup><<<grid, kFastThreads, 0, stream>>>(s, pool, b);
-  return cudaGetLastError();
+  const dim3 block(kFastThreads);
+  auto* kernel = per_thread <= 1   ? attention_chunk_kernel<kDimLanes, 1>
+                 : per_thread <= 2 ? attention_chunk_kernel<kDimLanes, 2>
+                                   : attention_chunk_kernel<kDimLanes, kMaxGroup>;
+  return detail::launch_dependent(kernel, grid, block, stream, true, s, pool, b);
 }
 
 cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
@@ -317,8 +321,8 @@ cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const
     e = launch_chunks<8>(s, pool, b, grid, stream);
   }
   if (e != cudaSuccess) return e;
-  attention_combine_kernel<<<dim3(s.num_heads, b.total_tokens), kThreads, 0, stream>>>(s, b, outb);
-  return cudaGetLastError();
+  return detail::launch_dependent(attention_combine_kernel, dim3(s.num_heads, b.total_tokens), dim3(kThreads), stream,
+                                  true, s, b, outb);
 }
 
 }  // namespace

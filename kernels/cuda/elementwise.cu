@@ -3,8 +3,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace specpipe::cuda {
 namespace {
@@ -14,7 +17,21 @@ using detail::block_max;
 using detail::block_sum;
 using detail::f32_to_bf16_rne;
 
-constexpr int kRowThreads = 128;  // one block per row: the reduction order depends on this only
+// One block per row (per head for the q/k norms); a row's reduction order depends on the
+// block size, and the block size on the row width only (row_threads), so it is the same
+// for every row count. Rows of 2,048 floats and more take 1,024 threads: with 128, a
+// decode step's one block walked a 4,096-float row 32 elements a thread, three times
+// (~10% of an 8B-shape decode step on an H100).
+constexpr int kRowThreads = 128;
+constexpr int kWideRowThreads = 1024;
+constexpr int64_t kWideRow = 2048;
+
+/// Calls launch(std::integral_constant<int, threads>) with the block size for rows of `dim`.
+template <class Launch>
+cudaError_t by_row_width(int64_t dim, Launch&& launch) {
+  if (dim >= kWideRow) return launch(std::integral_constant<int, kWideRowThreads>{});
+  return launch(std::integral_constant<int, kRowThreads>{});
+}
 
 /// Element `at` of an embedding table of `dtype`, as float32.
 __device__ inline float table_value(DType dtype, const void* table, int64_t at) {
@@ -31,18 +48,20 @@ __global__ void embedding_kernel(DType dtype, const void* table, int64_t dim, co
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = table_value(dtype, table, id * dim + d);
 }
 
-__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* weight, float eps, int32_t heads,
-                                int64_t dim, float* y, int64_t ldy) {
-  __shared__ float scratch[kRowThreads / 32];
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const float* x, int64_t ldx, const float* weight,
+                                                            float eps, int32_t heads, int64_t dim, float* y,
+                                                            int64_t ldy) {
+  __shared__ float scratch[kThreads / 32];
   const int64_t row = blockIdx.x / heads;
   const int64_t head = blockIdx.x % heads;
   const float* xr = x + row * ldx + head * dim;
   float* yr = y + row * ldy + head * dim;
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) acc = fmaf(xr[i], xr[i], acc);
-  const float mean = block_sum<kRowThreads>(acc, scratch) / static_cast<float>(dim);
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) acc = fmaf(xr[i], xr[i], acc);
+  const float mean = block_sum<kThreads>(acc, scratch) / static_cast<float>(dim);
   const float scale = 1.0f / sqrtf(mean + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = weight[i] * (xr[i] * scale);
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = weight[i] * (xr[i] * scale);
 }
 
 __global__ void rope_kernel(const float* cos, const float* sin, int32_t head_dim, const int32_t* positions,
@@ -76,61 +95,69 @@ __global__ void f32_to_bf16_kernel(const float* x, int64_t cols, int64_t ldx, ui
 }
 
 /// Sum of squares of x[0:dim) in rms_norm_kernel's order, then its 1 / rms.
+template <int kThreads>
 __device__ inline float rms_scale(const float* x, int64_t dim, float eps, float* scratch) {
   float acc = 0.0f;
   // Unrolled: a wide row (4096 floats: 32 steps a thread) waited on one load per step.
   // The chain still adds in the same order, so the bits do not change.
 #pragma unroll 8
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) acc = fmaf(x[i], x[i], acc);
-  const float mean = block_sum<kRowThreads>(acc, scratch) / static_cast<float>(dim);
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) acc = fmaf(x[i], x[i], acc);
+  const float mean = block_sum<kThreads>(acc, scratch) / static_cast<float>(dim);
   return 1.0f / sqrtf(mean + eps);
 }
 
-__global__ void rms_norm_bf16_kernel(const float* x, int64_t ldx, const float* weight, float eps, int64_t dim,
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) rms_norm_bf16_kernel(const float* x, int64_t ldx, const float* weight, float eps, int64_t dim,
                                      uint16_t* yb, int64_t ldyb) {
-  __shared__ float scratch[kRowThreads / 32];
+  detail::begin_dependent_kernel();
+  __shared__ float scratch[kThreads / 32];
   const float* xr = x + int64_t{blockIdx.x} * ldx;
   uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
-  const float scale = rms_scale(xr, dim, eps, scratch);
+  const float scale = rms_scale<kThreads>(xr, dim, eps, scratch);
 #pragma unroll 8
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
 }
 
-__global__ void embedding_rms_norm_bf16_kernel(DType dtype, const void* table, int64_t dim, const int32_t* tokens,
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) embedding_rms_norm_bf16_kernel(DType dtype, const void* table, int64_t dim, const int32_t* tokens,
                                                float* out, int64_t ld_out, const float* weight, float eps,
                                                uint16_t* yb, int64_t ldyb) {
-  __shared__ float scratch[kRowThreads / 32];
+  detail::begin_dependent_kernel();
+  __shared__ float scratch[kThreads / 32];
   const int64_t id = tokens[blockIdx.x];
   float* xr = out + int64_t{blockIdx.x} * ld_out;
   // Each thread writes the elements rms_scale has it read next (same stride): no barrier.
 #pragma unroll 8
-  for (int64_t d = threadIdx.x; d < dim; d += kRowThreads) xr[d] = table_value(dtype, table, id * dim + d);
+  for (int64_t d = threadIdx.x; d < dim; d += kThreads) xr[d] = table_value(dtype, table, id * dim + d);
   uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
-  const float scale = rms_scale(xr, dim, eps, scratch);
+  const float scale = rms_scale<kThreads>(xr, dim, eps, scratch);
 #pragma unroll 8
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
 }
 
-__global__ void residual_rms_norm_bf16_kernel(float* x, const float* t, const float* bias, int64_t ld,
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) residual_rms_norm_bf16_kernel(float* x, const float* t, const float* bias, int64_t ld,
                                               const float* weight, float eps, int64_t dim, uint16_t* yb,
                                               int64_t ldyb) {
-  __shared__ float scratch[kRowThreads / 32];
+  detail::begin_dependent_kernel();
+  __shared__ float scratch[kThreads / 32];
   const int64_t base = int64_t{blockIdx.x} * ld;
   float* xr = x + base;
   // Each thread updates the elements it reads next (same stride), so no barrier is needed.
 #pragma unroll 8
-  for (int64_t c = threadIdx.x; c < dim; c += kRowThreads) {
+  for (int64_t c = threadIdx.x; c < dim; c += kThreads) {
     const float add = bias ? t[base + c] + bias[c] : t[base + c];
     xr[c] = xr[c] + add;
   }
   uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
-  const float scale = rms_scale(xr, dim, eps, scratch);
+  const float scale = rms_scale<kThreads>(xr, dim, eps, scratch);
 #pragma unroll 8
-  for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
 }
 
 __global__ void silu_gate_bf16_kernel(const float* gate, const float* up, int64_t ld, int64_t n, uint16_t* yb,
                                       int64_t ldyb) {
+  detail::begin_dependent_kernel();
   const int64_t row = blockIdx.y;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t o = row * ld + i;
@@ -145,6 +172,7 @@ __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, int64
                                        int32_t head_dim, const float* q_norm, const float* k_norm, float eps,
                                        const float* cos, const float* sin, const int32_t* positions,
                                        const int64_t* slots, float* pool_k, float* pool_v, int64_t slot_stride) {
+  detail::begin_dependent_kernel();
   __shared__ float scratch[kRowThreads / 32];
   __shared__ float buf[kMaxHeadDim];
   const int64_t row = blockIdx.x;
@@ -154,7 +182,9 @@ __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, int64
   float* x = is_k ? k + row * ld + int64_t{kh} * head_dim : q + row * ld + int64_t{hi} * head_dim;
   const float* weight = is_k ? k_norm : q_norm;
   if (weight) {
-    const float scale = rms_scale(x, head_dim, eps, scratch);
+    // head_dim <= kMaxHeadDim < kWideRow: the order of rms_norm's per-head blocks.
+    static_assert(kMaxHeadDim < kWideRow);
+    const float scale = rms_scale<kRowThreads>(x, head_dim, eps, scratch);
     for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) buf[i] = weight[i] * (x[i] * scale);
   } else {
     for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) buf[i] = x[i];
@@ -193,6 +223,7 @@ constexpr int kArgmaxThreads = 1024;
 
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* logits, int64_t vocab, int64_t ld,
                                                                 int32_t* out) {
+  detail::begin_dependent_kernel();
   __shared__ float sv[kArgmaxThreads / 32];
   __shared__ int32_t si[kArgmaxThreads / 32];
   const float* row = logits + int64_t{blockIdx.x} * ld;
@@ -235,9 +266,11 @@ cudaError_t embedding(DType dtype, const void* table, int64_t dim, const int32_t
 cudaError_t rms_norm(const float* x, int64_t ldx, const float* weight, float eps, int64_t rows, int32_t heads,
                      int64_t dim, float* y, int64_t ldy, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  rms_norm_kernel<<<static_cast<unsigned>(rows * heads), kRowThreads, 0, stream>>>(x, ldx, weight, eps, heads, dim,
-                                                                                   y, ldy);
-  return detail::launch_status();
+  return by_row_width(dim, [&](auto threads) {
+    rms_norm_kernel<threads.value><<<static_cast<unsigned>(rows * heads), threads.value, 0, stream>>>(
+        x, ldx, weight, eps, heads, dim, y, ldy);
+    return detail::launch_status();
+  });
 }
 
 cudaError_t rope(const float* cos, const float* sin, int32_t head_dim, const int32_t* positions, int64_t rows,
@@ -264,33 +297,38 @@ cudaError_t f32_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ldx,
 cudaError_t rms_norm_bf16(const float* x, int64_t ldx, const float* weight, float eps, int64_t rows, int64_t dim,
                           uint16_t* yb, int64_t ldyb, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  rms_norm_bf16_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, ldx, weight, eps, dim, yb, ldyb);
-  return detail::launch_status();
+  return by_row_width(dim, [&](auto threads) {
+    return detail::launch_dependent(rms_norm_bf16_kernel<threads.value>, dim3(static_cast<unsigned>(rows)),
+                                    dim3(threads.value), stream, true, x, ldx, weight, eps, dim, yb, ldyb);
+  });
 }
 
 cudaError_t embedding_rms_norm_bf16(DType dtype, const void* table, int64_t dim, const int32_t* tokens, int32_t n,
                                     float* out, int64_t ld_out, const float* weight, float eps, uint16_t* yb,
                                     int64_t ldyb, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  embedding_rms_norm_bf16_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(dtype, table, dim, tokens, out,
-                                                                                      ld_out, weight, eps, yb, ldyb);
-  return cudaGetLastError();
+  return by_row_width(dim, [&](auto threads) {
+    return detail::launch_dependent(embedding_rms_norm_bf16_kernel<threads.value>, dim3(static_cast<unsigned>(n)),
+                                    dim3(threads.value), stream, true, dtype, table, dim, tokens, out, ld_out, weight,
+                                    eps, yb, ldyb);
+  });
 }
 
 cudaError_t residual_rms_norm_bf16(float* x, const float* t, const float* bias, int64_t ld, const float* weight,
                                    float eps, int64_t rows, int64_t dim, uint16_t* yb, int64_t ldyb,
                                    cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  residual_rms_norm_bf16_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, t, bias, ld, weight, eps,
-                                                                                        dim, yb, ldyb);
-  return detail::launch_status();
+  return by_row_width(dim, [&](auto threads) {
+    return detail::launch_dependent(residual_rms_norm_bf16_kernel<threads.value>, dim3(static_cast<unsigned>(rows)),
+                                    dim3(threads.value), stream, true, x, t, bias, ld, weight, eps, dim, yb, ldyb);
+  });
 }
 
 cudaError_t silu_gate_bf16(const float* gate, const float* up, int64_t ld, int64_t rows, int64_t n, uint16_t* yb,
                            int64_t ldyb, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  silu_gate_bf16_kernel<<<columns_grid(n, rows, 256), 256, 0, stream>>>(gate, up, ld, n, yb, ldyb);
-  return detail::launch_status();
+  return detail::launch_dependent(silu_gate_bf16_kernel, columns_grid(n, rows, 256), dim3(256), stream, true, gate, up,
+                                  ld, n, yb, ldyb);
 }
 
 cudaError_t qk_norm_rope_kv(float* q, float* k, const float* v, int64_t ld, int32_t num_heads, int32_t num_kv_heads,
@@ -300,15 +338,15 @@ cudaError_t qk_norm_rope_kv(float* q, float* k, const float* v, int64_t ld, int3
   if (head_dim <= 0 || head_dim > kMaxHeadDim || head_dim % 2 != 0) return cudaErrorInvalidValue;
   if (rows <= 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads + num_kv_heads));
-  qk_norm_rope_kv_kernel<<<grid, kRowThreads, 0, stream>>>(q, k, v, ld, num_heads, head_dim, q_norm, k_norm, eps, cos,
-                                                           sin, positions, slots, pool_k, pool_v, slot_stride);
-  return detail::launch_status();
+  return detail::launch_dependent(qk_norm_rope_kv_kernel, grid, dim3(kRowThreads), stream, true, q, k, v, ld, num_heads,
+                                  head_dim, q_norm, k_norm, eps, cos, sin, positions, slots, pool_k, pool_v,
+                                  slot_stride);
 }
 
 cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, int64_t ld, int32_t* out, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  argmax_kernel<<<static_cast<unsigned>(rows), kArgmaxThreads, 0, stream>>>(logits, vocab, ld, out);
-  return detail::launch_status();
+  return detail::launch_dependent(argmax_kernel, dim3(static_cast<unsigned>(rows)), dim3(kArgmaxThreads), stream, true,
+                                  logits, vocab, ld, out);
 }
 
 }  // namespace specpipe::cuda
