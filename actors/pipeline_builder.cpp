@@ -32,7 +32,8 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   const int32_t verify_tokens = c.scheduler.max_batch * (c.drafter.max_gamma + 2);
   const ModelOptions model_options{
       .device = device,
-      .max_forward_tokens = std::min(kDeviceForwardTokens, std::max(c.scheduler.prefill_chunk, verify_tokens))};
+      .max_forward_tokens = std::min(kDeviceForwardTokens, std::max(c.scheduler.prefill_chunk, verify_tokens)),
+      .gemm = c.models.gemm};
   if (on_device && verify_tokens > kDeviceForwardTokens)
     fail(ErrorCode::invalid_argument,
          "scheduler.max_batch {} x (slots.drafter.max_gamma {} + 2) tokens exceed the 1024 a device forward takes",

@@ -32,6 +32,7 @@ std::unique_ptr<ForwardModel> open_model(const std::filesystem::path& model_dir,
   o.fused_blocks = options.fused_blocks;
   o.fused_sm_share = options.fused_sm_share;
   o.high_priority_stream = options.high_priority_stream;
+  o.gemm = parse_cuda_gemm(options.gemm);
   // Decode steps and verify windows of a few sequences replay graphs; prefill runs eagerly.
   o.graph_max_tokens = std::min(o.max_tokens, 64);
   return std::make_unique<CudaForwardModel>(

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "core/device.h"
 #include "model/forward_model.h"
@@ -24,6 +25,9 @@ struct ModelOptions {
   /// Device models: the model's stream takes the device's highest priority (the target,
   /// whose verification is on the critical path while a drafter drafts ahead).
   bool high_priority_stream = false;
+  /// Device models: the projections' GEMM by name ("auto", "cublaslt", "rows", "mma";
+  /// CudaTransformerOptions::gemm). Ignored on the CPU.
+  std::string gemm = "auto";
 };
 
 /// Whether this build has the CUDA backend.

@@ -27,11 +27,19 @@ struct ModelsConfig {
   std::string target = "demo-target";  ///< directory, or a name under models/ ($SPECPIPE_MODELS)
   std::string draft = "demo-draft";    ///< used when the drafter is `model`
   /// On a device: the draft model's forwards of at most 16 tokens (decode and chain steps)
-  /// run as one persistent kernel (model/cuda/fused_step.h). Ignored on the CPU.
-  bool draft_fused_step = true;
+  /// run as one persistent kernel (model/cuda/fused_step.h). Off by default: since the
+  /// per-kernel forward streams its weights with the mma GEMM and launches dependents
+  /// early, it drafts faster beside a verifying target (docs/BENCHMARKS.md section 5), and
+  /// one path for every draft forward keeps the draft batch invariant. Ignored on the CPU.
+  bool draft_fused_step = false;
   /// The fused kernel's grid: 0 = automatic (one block per SM, half the SMs when the
   /// drafter drafts ahead: the rest are the target's).
   int32_t draft_fused_blocks = 0;
+  /// On a device: the projections' GEMM, "auto", "cublaslt", "rows" or "mma"
+  /// (model/cuda/cuda_transformer.h CudaGemm). auto: the tensor-core weight-streaming
+  /// kernel (mma) for models without the fused step, cuBLASLt for the fused draft's longer
+  /// forwards. Ignored on the CPU.
+  std::string gemm = "auto";
 };
 
 struct KvConfig {

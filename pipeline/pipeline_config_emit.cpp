@@ -56,6 +56,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   models.put("draft", c.models.draft);
   models.put("draft_fused_step", c.models.draft_fused_step);
   models.put("draft_fused_blocks", c.models.draft_fused_blocks);
+  models.put("gemm", c.models.gemm);
   models.end();
   top.word("device", c.device);
   top.put("threads", c.threads);

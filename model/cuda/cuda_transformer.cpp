@@ -244,8 +244,15 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   if (c.head_dim > 256 || c.num_heads % c.num_kv_heads != 0 || c.num_heads / c.num_kv_heads > 16)
     fail(ErrorCode::unsupported, "CUDA forward: head_dim {} with {} heads over {} kv heads is not supported",
          c.head_dim, c.num_heads, c.num_kv_heads);
+  // mma streams decode's weights fastest (kernels/cuda/README.md, "Sixth session"); it
+  // needs every k (hidden, q_dim, intermediate) to be a multiple of 32.
+  const bool mma_fits = c.hidden_size % 32 == 0 && c.q_dim() % 32 == 0 && c.intermediate_size % 32 == 0;
+  if (options_.gemm == CudaGemm::automatic)
+    options_.gemm = mma_fits && !options_.fused_step ? CudaGemm::mma : CudaGemm::cublaslt;
   if (options_.gemm == CudaGemm::rows && (c.hidden_size % 8 != 0 || c.q_dim() % 8 != 0 || c.intermediate_size % 8 != 0))
     fail(ErrorCode::unsupported, "CUDA forward: gemm_rows_bf16 needs hidden, q_dim and intermediate sizes divisible by 8");
+  if (options_.gemm == CudaGemm::mma && !mma_fits)
+    fail(ErrorCode::unsupported, "CUDA forward: gemm_mma_bf16 needs hidden, q_dim and intermediate sizes divisible by 32");
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   int least_priority = 0, greatest_priority = 0;
   cuda_try(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority), "stream priorities");
@@ -496,6 +503,22 @@ int32_t CudaTransformer::kv_blocks() const { return impl_->num_blocks; }
 
 KvStoreConfig CudaTransformer::kv_config() const {
   return kv_store_layout(config_, impl_->num_blocks, impl_->block_size, /*device_pool=*/true);
+}
+
+const char* to_string(CudaGemm gemm) {
+  switch (gemm) {
+    case CudaGemm::automatic: return "auto";
+    case CudaGemm::cublaslt: return "cublaslt";
+    case CudaGemm::rows: return "rows";
+    case CudaGemm::mma: return "mma";
+  }
+  return "?";
+}
+
+CudaGemm parse_cuda_gemm(const std::string& name) {
+  for (CudaGemm g : {CudaGemm::automatic, CudaGemm::cublaslt, CudaGemm::rows, CudaGemm::mma})
+    if (name == to_string(g)) return g;
+  fail(ErrorCode::invalid_argument, "unknown GEMM '{}' (auto, cublaslt, rows or mma)", name);
 }
 
 std::vector<std::string> CudaTransformer::gemm_algorithms() const {
@@ -854,13 +877,15 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   const bool copy_logits = options_.copy_logits;
   int32_t* host_ids = d.host_ids(options_.max_tokens, V);
   // y[0:m] = x W^T through the chosen batch-invariant GEMM; x is [m, k] bf16, dense.
-  const bool rows_gemm = options_.gemm == CudaGemm::rows;
   auto gemm = [&](const cuda::LtGemm& lt, const uint16_t* xb, const uint16_t* w, float* y, int32_t m, int64_t n,
                   int64_t k, const char* what) {
-    if (rows_gemm)
-      cuda_try(cuda::gemm_rows_bf16(xb, k, w, n, k, y, n, m, st), what);
-    else
-      lt_try(lt.run(xb, w, y, m, st), what);
+    switch (options_.gemm) {
+      case CudaGemm::rows: cuda_try(cuda::gemm_rows_bf16(xb, k, w, n, k, y, n, m, st), what); break;
+      // With programmatic dependent launch: the weights stream in while the kernel before ends.
+      case CudaGemm::mma: cuda_try(cuda::gemm_mma_bf16(xb, k, w, n, k, y, n, m, st, true), what); break;
+      case CudaGemm::automatic:  // resolved by the constructor; never here
+      case CudaGemm::cublaslt: lt_try(lt.run(xb, w, y, m, st), what); break;
+    }
   };
   // Timing studies only (options_.timing_skip): leave out groups of kernels.
   const bool skip_rest = (options_.timing_skip & 1) != 0, skip_attention = (options_.timing_skip & 2) != 0,

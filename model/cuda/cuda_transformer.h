@@ -56,13 +56,19 @@ class CudaLogits {
 
 /// Which batch-invariant GEMM serves the projections (kernels/cuda/gemm.h).
 enum class CudaGemm {
-  cublaslt,  ///< LtGemm, one pinned algorithm per shape (the default)
-  rows,      ///< gemm_rows_bf16: a plain kernel, cheaper to launch for decode-sized m
+  automatic,  ///< mma where the model's widths are multiples of 32, else cublaslt (the default)
+  cublaslt,   ///< LtGemm, one pinned algorithm per shape
+  rows,       ///< gemm_rows_bf16: a plain kernel, cheaper to launch for decode-sized m
+  mma,        ///< gemm_mma_bf16: tensor cores streaming each weight once for up to 64 rows
 };
+/// "auto", "cublaslt", "rows", "mma" (the names tools take on their command lines).
+const char* to_string(CudaGemm gemm);
+/// The CudaGemm of such a name; throws SpecError(invalid_argument) naming the choices.
+CudaGemm parse_cuda_gemm(const std::string& name);
 
 struct CudaTransformerOptions {
   int32_t max_tokens = 64;  ///< most tokens of one forward (all windows): the GEMMs' max m
-  CudaGemm gemm = CudaGemm::cublaslt;
+  CudaGemm gemm = CudaGemm::automatic;  ///< resolved by the constructor (options().gemm)
   int32_t device = 0;
   /// false: forward() copies back only each logits row's argmax, not the row (a decode
   /// loop that needs only the greedy token). row() then throws.
@@ -151,6 +157,8 @@ class CudaTransformer {
   std::vector<long long> fused_trace();
   /// The pinned cuBLASLt algorithm of each GEMM shape, for reports.
   std::vector<std::string> gemm_algorithms() const;
+  /// The GEMM serving the projections (options.gemm, with automatic resolved).
+  CudaGemm gemm() const { return options_.gemm; }
 
   /// Preconditions as Transformer::forward (checked): each window's sequence has
   /// reserved [start, start + n) in `kv`, start >= committed length, positions below

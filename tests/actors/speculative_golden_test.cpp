@@ -7,8 +7,8 @@
 // are the CPU reference's: the GPU GEMMs read BF16 activations, which can move a near-tie
 // of the draft model and so one round's proposal. There a case may differ in its rounds,
 // but at most one case in the suite, and the mean acceptance stays within 1%. That holds
-// for the per-kernel draft forward; the fused draft step (models.draft_fused_step, the
-// default on a device) sums in other orders, so its BF16 near-ties differ once more: on
+// for the per-kernel draft forward; the fused draft step (models.draft_fused_step, off by
+// default) sums in other orders, so its BF16 near-ties differ once more: on
 // an H100 one of the 16 cases' greedy draft runs parts from the per-kernel one at a
 // logit gap of 0.006 (tools/gpu/gpu_generate's fused_draft_vs_kernels), and the fused
 // suite allows two cases with other rounds (its output is still exact). Draft-ahead

@@ -140,6 +140,7 @@ const BadConfig kBadConfigs[] = {
   {"UnsupportedAcceptance", "slots: {acceptance: {type: typical}}", "slots.acceptance.type", "(known: standard)"},
   {"UnknownDrafter", "slots: {drafter: {type: medusa}}", "slots.drafter.type", "(known: model, ngram, none)"},
   {"UnknownLogLevel", "logging: {level: verbose}", "logging.level", "(known: trace, debug, info, warn, error, off)"},
+  {"UnknownGemm", "models: {gemm: fastest}", "models.gemm", "(known: auto, cublaslt, rows, mma)"},
   {"UnknownDevice", "device: gpu", "device", "expected cpu or cuda:N, got \"gpu\""},
   {"BadCudaIndex", "device: cuda:x", "device", "expected cpu or cuda:N"},
   {"HttpEndpoint", "server: {endpoint: \"http://127.0.0.1:5555\"}", "server.endpoint", "is not a ZeroMQ address"},

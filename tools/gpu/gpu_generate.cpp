@@ -390,7 +390,7 @@ json synthetic_bench(const std::string& name, int32_t context, uint64_t seed, in
     }
     r["breakdown_graphs"] = br;
   }
-  r["gemm"] = opt.gemm == CudaGemm::rows ? "gemm_rows_bf16" : "cublaslt (pinned)";
+  r["gemm"] = to_string(m->gemm());
   const double dec = r["graphs"]["decode_vs_floor"].get<double>();
   const double w5 = r["graphs"]["windows"][4]["relative"].get<double>();
   r["goals"] = {{"decode_within_1.3x_floor", dec <= 1.3}, {"decode_vs_floor", dec},
@@ -511,19 +511,20 @@ int main(int argc, char** argv) {
     else if (a == "--fused-blocks") fused_blocks = std::stoi(next());
     else if (a == "--fused-trace") fused_trace = true;
     else if (a == "--gemm" || a == "--draft-gemm") {
-      const std::string g = next();
-      if (g != "cublaslt" && g != "rows") {
-        std::fprintf(stderr, "%s: cublaslt or rows\n", a.c_str());
+      CudaGemm choice{};
+      try {
+        choice = parse_cuda_gemm(next());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: %s\n", a.c_str(), e.what());
         return 2;
       }
-      const CudaGemm choice = g == "rows" ? CudaGemm::rows : CudaGemm::cublaslt;
       if (a == "--gemm") gpu_options.gemm = choice;
       else draft_gemm = choice;
     }
     else {
       std::fprintf(stderr,
                    "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--repeat N] [--no-timing] "
-                   "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm cublaslt|rows] [--draft-gemm cublaslt|rows] "
+                   "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm auto|cublaslt|rows|mma] [--draft-gemm auto|cublaslt|rows|mma] "
                    "[--no-graphs] [--fused-draft [--fused-blocks N] [--fused-trace]] "
                    "[--synthetic NAME [--context N] [--seed S] [--iters N]]\n",
                    argv[0]);
@@ -568,8 +569,8 @@ int main(int argc, char** argv) {
     if (fused_draft && !gd.fused_step_active())
       throw std::runtime_error("--fused-draft: the fused step does not serve the draft: " + gd.fused_step_refusal());
     report["draft_fused_step"] = gd.fused_step_active();
-    report["gemm"] = gpu_options.gemm == CudaGemm::rows ? "gemm_rows_bf16" : "cublaslt (pinned)";
-    report["draft_gemm"] = draft_options.gemm == CudaGemm::rows ? "gemm_rows_bf16" : "cublaslt (pinned)";
+    report["gemm"] = to_string(gt.gemm());
+    report["draft_gemm"] = to_string(gd.gemm());
     KvStore kvt(gt.kv_config()), kvd(gd.kv_config());
     report["load_ms"] = ms_since(t_load);
     {
