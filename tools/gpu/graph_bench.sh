@@ -4,7 +4,8 @@
 #   1. specpipe_gpu_generate --synthetic llama3-8b: random-weight Llama-3-8B shape, batch 1,
 #      decode step vs the bandwidth floor, verify windows n = 1..9, graphs off and on,
 #      graph vs eager logits bit for bit            -> synthetic_llama3-8b.json
-#   2. the same for qwen3-0.6b, and llama3-8b with the row GEMM and at context 2048
+#   2. the same for qwen3-0.6b, and llama3-8b with cuBLASLt (the default GEMM is mma) and
+#      at context 2048
 #                                                      -> synthetic_*.json
 #   3. the demo pair with graphs (golden tokens, speculation gamma 1..8, graph vs eager
 #      identity on every case, tok/s)                  -> gpu_generate_graphs.json
@@ -21,7 +22,7 @@ status=0
 # Each entry: output name, then the arguments. SYNTHETIC_RUNS (space-separated entries of
 # name:arg,arg,...) replaces the default list.
 runs="${SYNTHETIC_RUNS:-llama3-8b:--synthetic,llama3-8b qwen3-0.6b:--synthetic,qwen3-0.6b \
-llama3-8b-rows:--synthetic,llama3-8b,--gemm,rows llama3-8b-ctx2048:--synthetic,llama3-8b,--context,2048}"
+llama3-8b-cublaslt:--synthetic,llama3-8b,--gemm,cublaslt llama3-8b-ctx2048:--synthetic,llama3-8b,--context,2048}"
 for entry in $runs; do
   model="${entry%%:*}"
   IFS=, read -r -a args <<<"${entry#*:}"
