@@ -3,7 +3,7 @@
 # project builds: the demo pair on the GPU (specpipe_gpu_generate: golden tokens, logits
 # vs the CPU forward, speculation gamma 1..8, tok/s, verify-window costs; its loop drafts
 # on demand), then the actor engine as a user runs it (`specpipe bench --device cuda:0`:
-# fused draft step and draft-ahead, their defaults on a device), then the Hugging Face
+# the mma GEMM and draft-ahead, their defaults on a device), then the Hugging Face
 # baseline (tools/gpu/hf_bench.py: plain and assisted generate), then a short
 # compute-sanitizer memcheck of one case. JSON files go to $OUT (or gpu-out/), and
 # bench_summary.json puts the figures of the goals side by side.

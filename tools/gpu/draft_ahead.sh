@@ -23,22 +23,26 @@ if [[ "${GOLDEN:-1}" != 0 ]]; then
 fi
 
 # The configs compared (CONFIGS, in this order each round): auto (the defaults: on with a
-# device, the fused draft kernel on half the SMs), ahead_off, ahead_on (the same as auto
-# on a device), ahead_<N> (on, the draft kernel on N blocks, e.g. ahead_132 on every SM
-# of an H100: the other SMs are left to the target), kernels_off / kernels_on (the
-# per-kernel draft forward instead of the fused step, draft-ahead off / on), scv_off /
-# scv_on (the SCV plugin choosing gamma, draft-ahead off / on).
+# device, the per-kernel draft forward), ahead_off, ahead_on (the same as auto on a
+# device), fused_off / fused_on (the fused draft kernel, models.draft_fused_step, with
+# draft-ahead off / on: then on half the SMs), ahead_<N> (fused, on, the draft kernel on N
+# blocks, e.g. ahead_132 on every SM of an H100), kernels_off / kernels_on (the per-kernel
+# draft forward named explicitly), scv_off / scv_on (the SCV plugin choosing gamma,
+# draft-ahead off / on).
 config_yaml() {
   case "$1" in
-    auto) printf 'version: 1\n' ;;  # the defaults: on with a device, the draft kernel on half the SMs
+    auto) printf 'version: 1\n' ;;  # the defaults: on with a device, the per-kernel draft forward
     ahead_off) printf 'version: 1\nslots: {drafter: {draft_ahead: off}}\n' ;;
     ahead_on) printf 'version: 1\nslots: {drafter: {draft_ahead: on}}\n' ;;
+    fused_off) printf 'version: 1\nmodels: {draft_fused_step: true}\nslots: {drafter: {draft_ahead: off}}\n' ;;
+    fused_on) printf 'version: 1\nmodels: {draft_fused_step: true}\nslots: {drafter: {draft_ahead: on}}\n' ;;
     kernels_off) printf 'version: 1\nmodels: {draft_fused_step: false}\nslots: {drafter: {draft_ahead: off}}\n' ;;
     kernels_on) printf 'version: 1\nmodels: {draft_fused_step: false}\nslots: {drafter: {draft_ahead: on}}\n' ;;
     scv_off | scv_on)  # SCV's per-round gamma (examples/pipelines/scv.yaml) without / with draft-ahead
       printf 'version: 1\nplugins: {scv: {path: specpipe_scv, config: {max_gamma: 8}}}\n'
       printf 'slots: {drafter: {type: model, gamma: 4, draft_ahead: %s}, verify_plan: {type: scv}}\n' "${1#scv_}" ;;
-    ahead_*) printf 'version: 1\nmodels: {draft_fused_blocks: %s}\nslots: {drafter: {draft_ahead: on}}\n' "${1#ahead_}" ;;
+    ahead_*) printf 'version: 1\nmodels: {draft_fused_step: true, draft_fused_blocks: %s}\nslots: {drafter: {draft_ahead: on}}\n' \
+                    "${1#ahead_}" ;;
     *) echo "draft_ahead.sh: unknown config $1" >&2; return 1 ;;
   esac
 }
