@@ -3,7 +3,8 @@
 #   scripts/test.sh              unit + golden suites (what CI runs)
 #   scripts/test.sh --slow       also the `slow` label
 #   scripts/test.sh --sanitize   the unit suites under AddressSanitizer + UBSan (the golden
-#                                suites run the same code paths, ~10x slower under ASan)
+#                                suites run the same code paths, ~10x slower under ASan; they
+#                                are not even built there, tests/CMakeLists.txt)
 # Labels: unit, golden, slow, cuda (tests/CMakeLists.txt).
 # SPECPIPE_UNITY_BUILD=OFF compiles every source file on its own (see below).
 set -euo pipefail

@@ -2,7 +2,7 @@
 //
 // Decode reads every weight once per token, so the GEMM is a race to stream W at the
 // memory's rate; the few activation rows ride along. W is the mma's A operand (16 output
-// features per warp tile), the rows of x are its B operand (8 rows per n-tile), so a
+// features a block), the rows of x are its B operand (8 rows an n-tile), so a
 // weight fragment is loaded once for all rows. Batch invariance: a row of x is one B
 // column, and an mma's output column depends on its own column only; the k order (the
 // warp split, the steps, the fixed cross-warp sum) depends on k alone, never on m or on
