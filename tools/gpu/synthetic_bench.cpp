@@ -1,0 +1,171 @@
+// The synthetic-model benchmark (synthetic_bench.h).
+#include "tools/gpu/synthetic_bench.h"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kvstore/kv_store.h"
+#include "tools/gpu/tool_support.h"
+
+namespace specpipe::gpu_tool {
+
+using json = nlohmann::json;
+
+double copy_bandwidth() {
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  cuda_check(cudaMalloc(&a, bytes), "cudaMalloc");
+  cuda_check(cudaMalloc(&b, bytes), "cudaMalloc");
+  cudaEvent_t e0, e1;
+  cuda_check(cudaEventCreate(&e0), "event");
+  cuda_check(cudaEventCreate(&e1), "event");
+  cuda_check(cudaMemset(a, 1, bytes), "memset");
+  for (int i = 0; i < 2; ++i) cuda_check(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+  const int reps = 10;
+  cuda_check(cudaEventRecord(e0), "record");
+  for (int i = 0; i < reps; ++i) cuda_check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+  cuda_check(cudaEventRecord(e1), "record");
+  cuda_check(cudaEventSynchronize(e1), "sync");
+  float ms = 0;
+  cuda_check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) * reps / (static_cast<double>(ms) / 1e3);
+}
+
+json synthetic_bench(const std::string& name, int32_t context, uint64_t seed, int iters, CudaTransformerOptions opt,
+                     bool& ok) {
+  json r;
+  const ModelConfig c = CudaTransformer::synthetic_config(name);
+  r["model"] = name;
+  r["config"] = {{"hidden", c.hidden_size},     {"layers", c.num_layers},         {"heads", c.num_heads},
+                 {"kv_heads", c.num_kv_heads},  {"head_dim", c.head_dim},         {"intermediate", c.intermediate_size},
+                 {"vocab", c.vocab_size},       {"tied_embeddings", c.tie_word_embeddings}, {"qk_norm", c.qk_norm}};
+  r["seed"] = seed;
+  r["context"] = context;
+  {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    cudaGetDevice(&dev);
+    cudaGetDeviceProperties(&prop, dev);
+    r["device"] = prop.name;
+  }
+  const double bw = copy_bandwidth();
+  r["copy_bandwidth_GBps"] = bw / 1e9;
+  const int32_t blocks = (context + 9 + 15) / 16 + 2;
+  opt.copy_logits = false;
+  const auto t_build = Clock::now();
+  std::unique_ptr<CudaTransformer> m = CudaTransformer::random(c, seed, blocks, 16, opt);
+  r["build_ms"] = ms_since(t_build);
+  r["device_bytes"] = m->device_bytes();
+  const auto mat_bytes = static_cast<double>(m->matrix_bytes_per_step());
+  const double kv_bytes = static_cast<double>(context) * c.num_layers * 2.0 * static_cast<double>(c.kv_dim()) * 4.0;
+  const double floor_us = mat_bytes / bw * 1e6;
+  r["matrix_bytes_per_step"] = mat_bytes;
+  r["kv_bytes_read_per_step"] = kv_bytes;
+  r["floor_us"] = floor_us;
+  r["floor_with_kv_us"] = (mat_bytes + kv_bytes) / bw * 1e6;
+
+  KvStore kv(m->kv_config());
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int32_t> tok(0, c.vocab_size - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(context));
+  for (auto& t : prompt) t = tok(rng);
+  CudaLogits lg;
+  const SeqId s = kv.add_sequence(prompt);
+  const auto t_pre = Clock::now();
+  m->set_graphs(false);
+  gpu_prefill(*m, kv, s, prompt, LogitsMode::none, lg);
+  r["prefill_ms"] = ms_since(t_pre);
+  kv.reserve(s, kv.length(s) + 9);
+  std::vector<int32_t> toks(9);
+  for (auto& t : toks) t = tok(rng);
+
+  // Graph vs eager: the same window, all logits rows, bit for bit.
+  json ident = json::array();
+  m->set_copy_logits(true);
+  for (int32_t n : {1, 5, 9}) {
+    const ForwardWindow w{s, {toks.data(), static_cast<size_t>(n)}, LogitsMode::all};
+    m->set_graphs(false);
+    m->forward({&w, 1}, kv, lg);
+    std::vector<float> eager;
+    std::vector<int32_t> eager_ids;
+    for (int32_t i = 0; i < n; ++i) {
+      eager.insert(eager.end(), lg.row(0, i).begin(), lg.row(0, i).end());
+      eager_ids.push_back(lg.argmax(0, i));
+    }
+    m->set_graphs(true);
+    bool same = true;
+    for (int rep = 0; rep < 2; ++rep) {  // capture + first replay, then a second replay
+      m->forward({&w, 1}, kv, lg);
+      for (int32_t i = 0; i < n; ++i) {
+        const auto row = lg.row(0, i);
+        same = same && std::memcmp(row.data(), eager.data() + static_cast<size_t>(i) * row.size(),
+                                   row.size() * sizeof(float)) == 0 && lg.argmax(0, i) == eager_ids[static_cast<size_t>(i)];
+      }
+    }
+    if (!same) ok = false;
+    ident.push_back({{"n", n}, {"bitwise_identical", same}});
+  }
+  r["graph_vs_eager"] = ident;
+  m->set_copy_logits(false);
+
+  // Host wall time of one forward of `w` (incl. its sync): 3 warm-up runs, then the
+  // median of `iters`.
+  auto forward_us = [&](const ForwardWindow& w) {
+    for (int i = 0; i < 3; ++i) m->forward({&w, 1}, kv, lg);
+    std::vector<double> v;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      m->forward({&w, 1}, kv, lg);
+      v.push_back(ms_since(t0) * 1e3);
+    }
+    return median(v);
+  };
+  for (const bool graphs : {false, true}) {
+    m->set_graphs(graphs);
+    json wcost = json::array();
+    double base = 0;
+    for (int32_t n = 1; n <= 9; ++n) {
+      const ForwardWindow w{s, {toks.data(), static_cast<size_t>(n)}, n == 1 ? LogitsMode::last : LogitsMode::all};
+      const double us = forward_us(w);
+      if (n == 1) base = us;
+      wcost.push_back({{"n", n}, {"us", us}, {"relative", us / base}, {"vs_floor", us / floor_us}});
+    }
+    r[graphs ? "graphs" : "eager"] = {{"decode_us", base}, {"decode_vs_floor", base / floor_us}, {"windows", wcost}};
+  }
+  // Where the time goes (graphs on): the same forward with groups of kernels left out.
+  {
+    m->set_graphs(true);
+    json br = json::array();
+    for (int32_t n : {1, 5}) {
+      const ForwardWindow w{s, {toks.data(), static_cast<size_t>(n)}, n == 1 ? LogitsMode::last : LogitsMode::all};
+      json row = {{"n", n}};
+      for (const auto& [mask, label] : {std::pair<int32_t, const char*>{0, "full_us"}, {1, "gemms_only_us"},
+                                        {4, "all_but_gemms_us"}, {2, "all_but_attention_us"}}) {
+        m->set_timing_skip(mask);
+        row[label] = forward_us(w);
+      }
+      m->set_timing_skip(0);
+      br.push_back(row);
+    }
+    r["breakdown_graphs"] = br;
+  }
+  r["gemm"] = to_string(m->gemm());
+  const double dec = r["graphs"]["decode_vs_floor"].get<double>();
+  const double w5 = r["graphs"]["windows"][4]["relative"].get<double>();
+  r["goals"] = {{"decode_within_1.3x_floor", dec <= 1.3}, {"decode_vs_floor", dec},
+                {"window5_within_1.15x_decode", w5 <= 1.15}, {"window5_relative", w5}};
+  r["graph_count"] = m->graph_count();
+  r["note"] = "host wall time per forward incl. one sync, median of iters; floor = BF16 matrix bytes of one step "
+              "(layers + lm_head) / device-to-device copy rate (bytes read + written)";
+  kv.release(s);
+  return r;
+}
+
+}  // namespace specpipe::gpu_tool

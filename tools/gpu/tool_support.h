@@ -1,0 +1,42 @@
+#pragma once
+/// Small helpers the GPU tools share (specpipe_gpu_generate and its synthetic benchmark):
+/// wall-clock timing, medians, CUDA status checks and a chunked prefill.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kvstore/kv_store.h"
+#include "model/cuda/cuda_transformer.h"
+
+namespace specpipe::gpu_tool {
+
+using Clock = std::chrono::steady_clock;
+
+inline double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// Throws std::runtime_error("what: <CUDA's message>") unless e is cudaSuccess.
+inline void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+/// Prefill chunk (at most the CudaTransformer's max_tokens).
+constexpr int32_t kPrefillChunk = 64;
+
+/// Prefills `tokens` into `seq` (committed), kPrefillChunk at a time; the last chunk's
+/// logits as `last_mode` asks.
+void gpu_prefill(CudaTransformer& m, KvStore& kv, SeqId seq, std::span<const int32_t> tokens, LogitsMode last_mode,
+                 CudaLogits& logits);
+
+}  // namespace specpipe::gpu_tool
