@@ -423,14 +423,16 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   d.argmax = reinterpret_cast<int32_t*>(d.xb + align_up(static_cast<size_t>(M * widest), 8));
   d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) +
                      static_cast<size_t>(M * kMaxChainSteps) * sizeof(int32_t));
-  // --- GEMMs: one pinned algorithm per shape ---
+  // --- GEMMs: with cuBLASLt, one pinned algorithm per shape ---
   lt_try(cublasLtCreate(&d.lt), "cublasLtCreate");
-  const int32_t mm = options_.max_tokens;
-  lt_try(d.g_qkv.init(d.lt, {qkvd, H, H, qkvd, mm}), "pin qkv GEMM");
-  lt_try(d.g_o.init(d.lt, {H, qd, qd, H, mm}), "pin o_proj GEMM");
-  lt_try(d.g_gate_up.init(d.lt, {2 * I, H, H, 2 * I, mm}), "pin gate_up GEMM");
-  lt_try(d.g_down.init(d.lt, {H, I, I, H, mm}), "pin down_proj GEMM");
-  lt_try(d.g_head.init(d.lt, {V, H, H, V, mm}), "pin lm_head GEMM");
+  if (options_.gemm == CudaGemm::cublaslt) {
+    const int32_t mm = options_.max_tokens;
+    lt_try(d.g_qkv.init(d.lt, {qkvd, H, H, qkvd, mm}), "pin qkv GEMM");
+    lt_try(d.g_o.init(d.lt, {H, qd, qd, H, mm}), "pin o_proj GEMM");
+    lt_try(d.g_gate_up.init(d.lt, {2 * I, H, H, 2 * I, mm}), "pin gate_up GEMM");
+    lt_try(d.g_down.init(d.lt, {H, I, I, H, mm}), "pin down_proj GEMM");
+    lt_try(d.g_head.init(d.lt, {V, H, H, V, mm}), "pin lm_head GEMM");
+  }
   cuda_try(cudaDeviceSynchronize(), "upload");
   if (kv_blocks > 0) allocate_kv_pool(kv_blocks, block_size);
   else impl_->block_size = block_size;
@@ -522,6 +524,8 @@ CudaGemm parse_cuda_gemm(const std::string& name) {
 }
 
 std::vector<std::string> CudaTransformer::gemm_algorithms() const {
+  if (options_.gemm == CudaGemm::mma) return {"all: gemm_mma_bf16"};
+  if (options_.gemm == CudaGemm::rows) return {"all: gemm_rows_bf16"};
   const Impl& d = *impl_;
   return {"qkv: " + d.g_qkv.description(), "o_proj: " + d.g_o.description(),
           "gate_up: " + d.g_gate_up.description(), "down_proj: " + d.g_down.description(),

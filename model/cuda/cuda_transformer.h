@@ -56,19 +56,19 @@ class CudaLogits {
 
 /// Which batch-invariant GEMM serves the projections (kernels/cuda/gemm.h).
 enum class CudaGemm {
-  automatic,  ///< mma where the model's widths are multiples of 32, else cublaslt (the default)
+  automatic,  ///< the default: mma where the widths are multiples of 32 and the fused step is off, else cublaslt
   cublaslt,   ///< LtGemm, one pinned algorithm per shape
   rows,       ///< gemm_rows_bf16: a plain kernel, cheaper to launch for decode-sized m
   mma,        ///< gemm_mma_bf16: tensor cores streaming each weight once for up to 64 rows
 };
 /// "auto", "cublaslt", "rows", "mma" (the names tools take on their command lines).
 const char* to_string(CudaGemm gemm);
-/// The CudaGemm of such a name; throws SpecError(invalid_argument) naming the choices.
+/// The CudaGemm of such a name; throws Error(invalid_argument) naming the choices.
 CudaGemm parse_cuda_gemm(const std::string& name);
 
 struct CudaTransformerOptions {
   int32_t max_tokens = 64;  ///< most tokens of one forward (all windows): the GEMMs' max m
-  CudaGemm gemm = CudaGemm::automatic;  ///< resolved by the constructor (options().gemm)
+  CudaGemm gemm = CudaGemm::automatic;  ///< resolved by the constructor (CudaTransformer::gemm())
   int32_t device = 0;
   /// false: forward() copies back only each logits row's argmax, not the row (a decode
   /// loop that needs only the greedy token). row() then throws.
@@ -155,7 +155,8 @@ class CudaTransformer {
   /// With options.fused_trace: SM clock cycles between the barriers of the last fused step
   /// (phase by phase; empty before one ran). Synchronises the stream.
   std::vector<long long> fused_trace();
-  /// The pinned cuBLASLt algorithm of each GEMM shape, for reports.
+  /// The pinned cuBLASLt algorithm of each GEMM shape, or the kernel that serves them all
+  /// when the GEMM is not cuBLASLt, for reports.
   std::vector<std::string> gemm_algorithms() const;
   /// The GEMM serving the projections (options.gemm, with automatic resolved).
   CudaGemm gemm() const { return options_.gemm; }
