@@ -36,7 +36,7 @@ struct ModelsConfig {
   /// drafter drafts ahead: the rest are the target's).
   int32_t draft_fused_blocks = 0;
   /// On a device: the projections' GEMM, "auto", "cublaslt", "rows" or "mma"
-  /// (model/cuda/cuda_transformer.h CudaGemm). auto: the tensor-core weight-streaming
+  /// (model/cuda/cuda_gemm.h). auto: the tensor-core weight-streaming
   /// kernel (mma) for models without the fused step, cuBLASLt for the fused draft's longer
   /// forwards. Ignored on the CPU.
   std::string gemm = "auto";

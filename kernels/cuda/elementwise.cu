@@ -18,7 +18,7 @@ using detail::block_sum;
 using detail::f32_to_bf16_rne;
 
 // One block per row (per head for the q/k norms); a row's reduction order depends on the
-// block size, and the block size on the row width only (row_threads), so it is the same
+// block size, and the block size on the row width only (by_row_width), so it is the same
 // for every row count. Rows of 2,048 floats and more take 1,024 threads: with 128, a
 // decode step's one block walked a 4,096-float row 32 elements a thread, three times
 // (~10% of an 8B-shape decode step on an H100).
@@ -107,8 +107,8 @@ __device__ inline float rms_scale(const float* x, int64_t dim, float eps, float*
 }
 
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads) rms_norm_bf16_kernel(const float* x, int64_t ldx, const float* weight, float eps, int64_t dim,
-                                     uint16_t* yb, int64_t ldyb) {
+__global__ void __launch_bounds__(kThreads) rms_norm_bf16_kernel(const float* x, int64_t ldx, const float* weight,
+                                                                 float eps, int64_t dim, uint16_t* yb, int64_t ldyb) {
   detail::begin_dependent_kernel();
   __shared__ float scratch[kThreads / 32];
   const float* xr = x + int64_t{blockIdx.x} * ldx;
@@ -119,9 +119,9 @@ __global__ void __launch_bounds__(kThreads) rms_norm_bf16_kernel(const float* x,
 }
 
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads) embedding_rms_norm_bf16_kernel(DType dtype, const void* table, int64_t dim, const int32_t* tokens,
-                                               float* out, int64_t ld_out, const float* weight, float eps,
-                                               uint16_t* yb, int64_t ldyb) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_rms_norm_bf16_kernel(DType dtype, const void* table, int64_t dim, const int32_t* tokens, float* out,
+                                   int64_t ld_out, const float* weight, float eps, uint16_t* yb, int64_t ldyb) {
   detail::begin_dependent_kernel();
   __shared__ float scratch[kThreads / 32];
   const int64_t id = tokens[blockIdx.x];
@@ -136,9 +136,9 @@ __global__ void __launch_bounds__(kThreads) embedding_rms_norm_bf16_kernel(DType
 }
 
 template <int kThreads>
-__global__ void __launch_bounds__(kThreads) residual_rms_norm_bf16_kernel(float* x, const float* t, const float* bias, int64_t ld,
-                                              const float* weight, float eps, int64_t dim, uint16_t* yb,
-                                              int64_t ldyb) {
+__global__ void __launch_bounds__(kThreads)
+    residual_rms_norm_bf16_kernel(float* x, const float* t, const float* bias, int64_t ld, const float* weight,
+                                  float eps, int64_t dim, uint16_t* yb, int64_t ldyb) {
   detail::begin_dependent_kernel();
   __shared__ float scratch[kThreads / 32];
   const int64_t base = int64_t{blockIdx.x} * ld;

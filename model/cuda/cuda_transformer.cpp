@@ -244,15 +244,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   if (c.head_dim > 256 || c.num_heads % c.num_kv_heads != 0 || c.num_heads / c.num_kv_heads > 16)
     fail(ErrorCode::unsupported, "CUDA forward: head_dim {} with {} heads over {} kv heads is not supported",
          c.head_dim, c.num_heads, c.num_kv_heads);
-  // mma streams decode's weights fastest (kernels/cuda/README.md, "Sixth session"); it
-  // needs every k (hidden, q_dim, intermediate) to be a multiple of 32.
-  const bool mma_fits = c.hidden_size % 32 == 0 && c.q_dim() % 32 == 0 && c.intermediate_size % 32 == 0;
-  if (options_.gemm == CudaGemm::automatic)
-    options_.gemm = mma_fits && !options_.fused_step ? CudaGemm::mma : CudaGemm::cublaslt;
-  if (options_.gemm == CudaGemm::rows && (c.hidden_size % 8 != 0 || c.q_dim() % 8 != 0 || c.intermediate_size % 8 != 0))
-    fail(ErrorCode::unsupported, "CUDA forward: gemm_rows_bf16 needs hidden, q_dim and intermediate sizes divisible by 8");
-  if (options_.gemm == CudaGemm::mma && !mma_fits)
-    fail(ErrorCode::unsupported, "CUDA forward: gemm_mma_bf16 needs hidden, q_dim and intermediate sizes divisible by 32");
+  options_.gemm = resolve_cuda_gemm(options_.gemm, c, options_.fused_step);
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   int least_priority = 0, greatest_priority = 0;
   cuda_try(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority), "stream priorities");
@@ -505,22 +497,6 @@ int32_t CudaTransformer::kv_blocks() const { return impl_->num_blocks; }
 
 KvStoreConfig CudaTransformer::kv_config() const {
   return kv_store_layout(config_, impl_->num_blocks, impl_->block_size, /*device_pool=*/true);
-}
-
-const char* to_string(CudaGemm gemm) {
-  switch (gemm) {
-    case CudaGemm::automatic: return "auto";
-    case CudaGemm::cublaslt: return "cublaslt";
-    case CudaGemm::rows: return "rows";
-    case CudaGemm::mma: return "mma";
-  }
-  return "?";
-}
-
-CudaGemm parse_cuda_gemm(const std::string& name) {
-  for (CudaGemm g : {CudaGemm::automatic, CudaGemm::cublaslt, CudaGemm::rows, CudaGemm::mma})
-    if (name == to_string(g)) return g;
-  fail(ErrorCode::invalid_argument, "unknown GEMM '{}' (auto, cublaslt, rows or mma)", name);
 }
 
 std::vector<std::string> CudaTransformer::gemm_algorithms() const {

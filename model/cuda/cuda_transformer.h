@@ -6,9 +6,10 @@
 /// reserved slots, logits of the last / all / no positions copied back as float32.
 ///
 /// Numerics (ARCHITECTURE.md section 7): weights BF16 on the device (converted once from
-/// the disk dtype, round to nearest even), activations FP32, GEMMs through the pinned
-/// cuBLASLt BF16 algorithm (kernels/cuda/gemm.h: batch invariant for 1..max_tokens rows),
-/// so a token's logits are the same bits in a decode step and in a verify window.
+/// the disk dtype, round to nearest even), activations FP32, GEMMs through one
+/// batch-invariant BF16 kernel per model (model/cuda/cuda_gemm.h: by default the
+/// tensor-core gemm_mma_bf16, or pinned cuBLASLt; kernels/cuda/gemm.h), so a token's
+/// logits are the same bits in a decode step and in a verify window.
 ///
 /// The KV pool lives on the device (FP32, the layout of kvstore/kv_tensors.h, per layer
 /// [num_blocks, block_size, kv_heads, head_dim]); its bookkeeping (block tables, slots,
@@ -30,6 +31,7 @@
 
 #include "kvstore/kv_store.h"
 #include "model/config.h"
+#include "model/cuda/cuda_gemm.h"
 #include "model/forward_model.h"
 #include "model/weights.h"
 
@@ -54,21 +56,9 @@ class CudaLogits {
   std::vector<int32_t> rows_;
 };
 
-/// Which batch-invariant GEMM serves the projections (kernels/cuda/gemm.h).
-enum class CudaGemm {
-  automatic,  ///< the default: mma where the widths are multiples of 32 and the fused step is off, else cublaslt
-  cublaslt,   ///< LtGemm, one pinned algorithm per shape
-  rows,       ///< gemm_rows_bf16: a plain kernel, cheaper to launch for decode-sized m
-  mma,        ///< gemm_mma_bf16: tensor cores streaming each weight once for up to 64 rows
-};
-/// "auto", "cublaslt", "rows", "mma" (the names tools take on their command lines).
-const char* to_string(CudaGemm gemm);
-/// The CudaGemm of such a name; throws Error(invalid_argument) naming the choices.
-CudaGemm parse_cuda_gemm(const std::string& name);
-
 struct CudaTransformerOptions {
   int32_t max_tokens = 64;  ///< most tokens of one forward (all windows): the GEMMs' max m
-  CudaGemm gemm = CudaGemm::automatic;  ///< resolved by the constructor (CudaTransformer::gemm())
+  CudaGemm gemm = CudaGemm::automatic;  ///< the constructor resolves it (resolve_cuda_gemm; gemm())
   int32_t device = 0;
   /// false: forward() copies back only each logits row's argmax, not the row (a decode
   /// loop that needs only the greedy token). row() then throws.
@@ -216,12 +206,12 @@ class CudaTransformer {
   struct Impl;
   CudaTransformer(const ModelConfig& config, const ModelWeights* weights, uint64_t seed, int32_t kv_blocks,
                   int32_t block_size, CudaTransformerOptions options);
-  /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
-  /// window and step, in chain_ids_).
   /// forward_greedy_chain (defer false) and launch_greedy_chain (defer true): the step
   /// check and run() without logits copies.
   void run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer);
-  /// defer (chains only): return after enqueueing, without the sync; see launch_greedy_chain.
+  /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
+  /// window and step, in chain_ids_). defer (chains only): return after enqueueing,
+  /// without the sync; see launch_greedy_chain.
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out,
            bool defer = false);
   /// A launched chain still on the device: waits for it and keeps its ids for collect

@@ -1,9 +1,9 @@
 #pragma once
 /// Whether this test binary runs under AddressSanitizer (scripts/test.sh --sanitize).
 /// Suites that repeat one kind of work many times (64 clients, 32 requests run solo and
-/// then together, 8 requests per plugin fault) take a smaller slice there: the sanitizers look for memory and
-/// undefined-behaviour errors, which a dozen concurrent requests reach through the same
-/// code, while the plain pass runs the full counts and checks the outputs.
+/// then together, 8 requests per plugin fault) take a smaller slice there: the sanitizers
+/// look for memory and undefined-behaviour errors, which a dozen concurrent requests reach
+/// through the same code, while the plain pass runs the full counts and checks the outputs.
 namespace specpipe::test {
 
 constexpr bool under_sanitizer() {
