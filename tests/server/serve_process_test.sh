@@ -28,10 +28,15 @@ grep -q "finish: length" "$work/cpp.log"
 "$specpipe" client --endpoint "$endpoint" --type stats --json | tee "$work/stats.log"
 grep -q '"type":"stats"' "$work/stats.log"
 
-# A long streaming request in flight, then SIGTERM.
+# A long streaming request in flight, then SIGTERM. Wait for its first streamed text (the
+# client flushes each delta): a fixed sleep let a loaded 2-core CI machine send SIGTERM
+# before the client had even connected, and the request then never had an answer.
 "$python" "$py_client" --endpoint "$endpoint" --prompt "class C:" --max-tokens 4000 --stream >"$work/long.log" &
 client_pid=$!
-sleep 1
+for _ in $(seq 600); do
+  [[ -s "$work/long.log" ]] && break
+  sleep 0.1
+done
 kill -TERM "$server_pid"
 wait "$server_pid"  # set -e: a non-zero exit fails the test
 server_pid=
