@@ -35,7 +35,7 @@ __device__ inline RowInfo row_info(const AttentionBatch& b, int32_t row) {
 }
 
 /// Shared memory of a chunk block: the group's queries, the scores (then numerators),
-/// each key's K and V row addresses, reduction scratch.
+/// each key's K and V row addresses, reduction scratch, whether this block merges.
 template <int kDimLanes>
 struct ChunkShared {
   float q[kMaxGroup * 32 * kDimLanes];
@@ -44,7 +44,57 @@ struct ChunkShared {
   const float* vrow[C];
   float red[kMaxGroup][kWarps];
   float red2[kMaxGroup][kWarps];
+  bool merges;
 };
+
+/// The chunk's values staged in shared memory ([count][head_dim], dynamic; see
+/// stage_values in attention_impl).
+extern __shared__ __align__(16) float staged_values[];
+
+/// 16 bytes from global to shared memory without a register round trip (sm_80+), so
+/// the chunk's values stream in while its scores are computed.
+__device__ inline void copy_async16(float* to_shared, const float* from_global) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(to_shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from_global) : "memory");
+}
+__device__ inline void copy_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+/// How a row's chunk records (max m_c, sum s_c, value sums a_c) merge, chunks in
+/// ascending order: M = max m_c, S = sum e^(m_c - M) s_c, out[d] = sum e^(m_c - M) a_c[d] / S.
+/// The combine kernel and the chunk kernel's merging block both call these, so they
+/// give the same bits. The loads skip L1: other blocks of the grid wrote the records.
+struct MergeWeights {
+  float max, sum;
+};
+
+__device__ inline MergeWeights merge_weights(const float* rec, int32_t chunks, int64_t stride) {
+  float m = -INFINITY;
+  for (int32_t c = 0; c < chunks; ++c) m = fmaxf(m, __ldcg(rec + c * stride));
+  float sum = 0.0f;
+  for (int32_t c = 0; c < chunks; ++c) sum = fmaf(expf(__ldcg(rec + c * stride) - m), __ldcg(rec + c * stride + 1), sum);
+  return {m, sum};
+}
+
+__device__ inline float merged_value(const float* rec, int32_t chunks, int64_t stride, MergeWeights w, int d) {
+  float acc = 0.0f;
+  // Unrolled for loads in flight; the additions keep their order.
+#pragma unroll 8
+  for (int32_t c = 0; c < chunks; ++c)
+    acc = fmaf(expf(__ldcg(rec + c * stride) - w.max), __ldcg(rec + c * stride + 2 + d), acc);
+  return acc / w.sum;
+}
+
+/// The chunk records of (row, query head h): chunk c's is at rec + c * (head_dim + 2).
+__device__ inline const float* row_records(const AttentionShape& s, const AttentionBatch& b, int32_t row,
+                                           int32_t h) {
+  return b.workspace + (int64_t{row} * s.num_heads + h) * b.max_chunks * (s.head_dim + 2);
+}
+
+/// One merged output: FP32 to b.out, or BF16 bits to outb when it is set.
+__device__ inline void store_output(const AttentionBatch& b, uint16_t* outb, int64_t at, float value) {
+  if (outb) outb[at] = f32_to_bf16_rne(value);
+  else b.out[at] = value;
+}
 
 /// What a chunk block works on: its row, the keys [j0, j0 + count), its workspace.
 struct ChunkTask {
@@ -157,15 +207,25 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
 /// warp's long instruction stream was the latency; now a warp scores 8 keys and a
 /// thread runs one or two value chains. Which thread computes a key's score or a
 /// (head, dim) chain does not change its arithmetic.
+///
+/// With `stage` the chunk's values are copied to shared memory (staged_values) while the
+/// scores are computed, so the value chains wait for one round of loads, not one per 16
+/// keys; the sums read the same floats in the same order. With b.counters the last block
+/// of (row, kv head) to finish merges the row's chunks for the group's heads (outb: BF16).
 template <int kDimLanes, int kHeadsPerThread>
 __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
-                                                                   AttentionBatch b) {
+                                                                   AttentionBatch b, uint16_t* outb, bool stage) {
   detail::begin_dependent_kernel();
   __shared__ ChunkShared<kDimLanes> sh;
   ChunkTask task;
   if (!load_chunk(s, pool, b, sh, task)) return;
   const int32_t hd = task.hd, group = task.group, count = task.count;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+  if (stage) {
+    const int quads = hd / 4;  // stage requires head_dim % 4 == 0 and 16-byte aligned rows
+    for (int i = tid; i < count * quads; i += kFastThreads)
+      copy_async16(staged_values + i * 4, sh.vrow[i / quads] + (i % quads) * 4);
+  }
 
   // Scores, as the reference: a warp per key, lane l holding dims l, l+32, ..., one FMA
   // chain then a fixed butterfly; a warp takes kKeys keys at a time so their loads are
@@ -222,6 +282,7 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
       const float sum = detail::warp_sum(e);
       if (lane == 0) sh.red2[g][warp] = sum;
     }
+  if (stage) copy_async_wait_all();  // this thread's copies; the barrier shows everyone's
   __syncthreads();
   if (tid < group) {
     float m = sh.red[tid][0], sum = sh.red2[tid][0];
@@ -240,64 +301,138 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
   const int span = hd < kFastThreads ? hd : kFastThreads;  // dims in flight
   const int parts = kFastThreads / span;                   // threads sharing one dim (heads split)
   const int gpart = tid / span;
-  if (gpart >= parts) return;
-  for (int d = tid % span; d < hd; d += span) {
-    float acc[kHeadsPerThread];
+  auto value_sums = [&](auto value_at) {
+    for (int d = tid % span; d < hd; d += span) {
+      float acc[kHeadsPerThread];
 #pragma unroll
-    for (int i = 0; i < kHeadsPerThread; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < kHeadsPerThread; ++i) acc[i] = 0.0f;
 #pragma unroll 16
-    for (int jl = 0; jl < count; ++jl) {
-      const float vv = sh.vrow[jl][d];
+      for (int jl = 0; jl < count; ++jl) {
+        const float vv = value_at(jl, d);
+#pragma unroll
+        for (int i = 0; i < kHeadsPerThread; ++i) {
+          const int g = gpart + i * parts;
+          if (g < group) acc[i] = fmaf(sh.p[g][jl], vv, acc[i]);
+        }
+      }
 #pragma unroll
       for (int i = 0; i < kHeadsPerThread; ++i) {
         const int g = gpart + i * parts;
-        if (g < group) acc[i] = fmaf(sh.p[g][jl], vv, acc[i]);
+        if (g < group) workspace_at(s, b, g)[2 + d] = acc[i];
       }
     }
-#pragma unroll
-    for (int i = 0; i < kHeadsPerThread; ++i) {
-      const int g = gpart + i * parts;
-      if (g < group) workspace_at(s, b, g)[2 + d] = acc[i];
+  };
+  if (gpart < parts) {
+    if (stage) value_sums([&](int jl, int d) { return staged_values[jl * hd + d]; });
+    else value_sums([&](int jl, int d) { return sh.vrow[jl][d]; });
+  }
+  if (b.counters == nullptr) return;  // the combine kernel merges
+
+  // The last block of (row, kv head) to get here merges the row's chunks: every block
+  // publishes its records (fence), then counts itself in; the one that completes the
+  // count reads them all and puts the counter back to zero for the next launch.
+  const int32_t row = blockIdx.z, kvh = blockIdx.y;
+  const int32_t chunks = attention_chunks(task.r.keys);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    uint32_t* counter = b.counters + int64_t{row} * s.num_kv_heads + kvh;
+    sh.merges = atomicAdd(counter, 1u) + 1 == static_cast<uint32_t>(chunks);
+    if (sh.merges) atomicExch(counter, 0u);
+  }
+  __syncthreads();
+  if (!sh.merges) return;
+  __threadfence();
+  const int64_t stride = hd + 2;
+  const int32_t h0 = kvh * group;
+  if (!stage || 2 * group * (chunks + 1) > C * hd) {
+    // No room for the chunk weights: merge_weights per thread (one load chain per chunk).
+    for (int o = tid; o < group * hd; o += kFastThreads) {
+      const int32_t h = h0 + o / hd, d = o % hd;
+      const float* rec = row_records(s, b, row, h);
+      const MergeWeights w = merge_weights(rec, chunks, stride);
+      store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h} * hd + d, merged_value(rec, chunks, stride, w, d));
     }
+    return;
+  }
+  // merge_weights and merged_value's arithmetic, the chunk weights computed once in the
+  // staging memory (free now): every (head, chunk) max and sum loaded at once, then
+  // M, S per head, then e^(m_c - M) per (head, chunk); the value sums wait on few loads.
+  float* weight = staged_values;                 // [group][chunks]: m_c, then e^(m_c - M)
+  float* sums = weight + group * chunks;         // [group][chunks]: s_c
+  float* head = sums + group * chunks;           // [group][2]: M, S
+  for (int i = tid; i < group * chunks; i += kFastThreads) {
+    const float* rec = row_records(s, b, row, h0 + i / chunks) + (i % chunks) * stride;
+    weight[i] = __ldcg(rec);
+    sums[i] = __ldcg(rec + 1);
+  }
+  __syncthreads();
+  if (tid < group) {
+    float m = -INFINITY;
+    for (int32_t c = 0; c < chunks; ++c) m = fmaxf(m, weight[tid * chunks + c]);
+    float sum = 0.0f;
+    for (int32_t c = 0; c < chunks; ++c) sum = fmaf(expf(weight[tid * chunks + c] - m), sums[tid * chunks + c], sum);
+    head[2 * tid] = m;
+    head[2 * tid + 1] = sum;
+  }
+  __syncthreads();
+  for (int i = tid; i < group * chunks; i += kFastThreads) weight[i] = expf(weight[i] - head[2 * (i / chunks)]);
+  __syncthreads();
+  for (int o = tid; o < group * hd; o += kFastThreads) {
+    const int g = o / hd, d = o % hd;
+    const float* rec = row_records(s, b, row, h0 + g) + 2 + d;
+    const float* wg = weight + g * chunks;
+    float acc = 0.0f;
+#pragma unroll 16
+    for (int32_t c = 0; c < chunks; ++c) acc = fmaf(wg[c], __ldcg(rec + c * stride), acc);
+    store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h0 + g} * hd + d, acc / head[2 * g + 1]);
   }
 }
 
-/// Merges a row's chunks in ascending order: out = sum_c e^(m_c - M) acc_c / sum_c e^(m_c - M) s_c.
-/// outb != null: the result goes there as BF16 bits instead of to b.out.
+/// Merges a row's chunks (merge_weights, merged_value): the second launch of the
+/// reference path and of batches without counters. outb != null: BF16 bits there instead
+/// of FP32 to b.out.
 __global__ void __launch_bounds__(kThreads) attention_combine_kernel(AttentionShape s, AttentionBatch b,
                                                                      uint16_t* outb) {
   detail::begin_dependent_kernel();
   const int32_t row = blockIdx.y, h = blockIdx.x, hd = s.head_dim;
-  const RowInfo r = row_info(b, row);
-  const int32_t chunks = attention_chunks(r.keys);
-  const int64_t ws_stride = hd + 2;
-  const float* ws = b.workspace + (int64_t{row} * s.num_heads + h) * b.max_chunks * ws_stride;
-  float m = -INFINITY;
-  for (int32_t c = 0; c < chunks; ++c) m = fmaxf(m, ws[c * ws_stride]);
-  float sum = 0.0f;
-  for (int32_t c = 0; c < chunks; ++c) sum += expf(ws[c * ws_stride] - m) * ws[c * ws_stride + 1];
-  const int64_t out_off = int64_t{row} * b.ld_out + int64_t{h} * hd;
-  for (int d = threadIdx.x; d < hd; d += kThreads) {
-    float acc = 0.0f;
-    // Unrolled for loads in flight; the additions keep their order.
-#pragma unroll 8
-    for (int32_t c = 0; c < chunks; ++c) acc += expf(ws[c * ws_stride] - m) * ws[c * ws_stride + 2 + d];
-    if (outb) outb[out_off + d] = f32_to_bf16_rne(acc / sum);
-    else b.out[out_off + d] = acc / sum;
-  }
+  const int32_t chunks = attention_chunks(row_info(b, row).keys);
+  const float* rec = row_records(s, b, row, h);
+  const MergeWeights w = merge_weights(rec, chunks, hd + 2);
+  for (int d = threadIdx.x; d < hd; d += kThreads)
+    store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h} * hd + d, merged_value(rec, chunks, hd + 2, w, d));
+}
+
+/// Rows of a batch up to which the chunk kernel stages values in shared memory: decode
+/// steps and verify windows, whose few blocks wait on load latency. Larger batches
+/// (prefill) keep more blocks per SM instead. Either way the bits are the same.
+constexpr int32_t kStageMaxRows = 16;
+
+/// Whether the values can be staged: whole 16-byte copies of every value row.
+bool can_stage(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return b.total_tokens <= kStageMaxRows && s.head_dim % 4 == 0 && pool.slot_stride % 4 == 0 && b.ld_kv % 4 == 0 &&
+         aligned(pool.v) && aligned(b.v);
 }
 
 template <int kDimLanes>
 cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, dim3 grid,
-                          cudaStream_t stream) {
+                          uint16_t* outb, cudaStream_t stream) {
   // Value chains per thread: the group's heads over the threads that share a dim.
   const int span = s.head_dim < kFastThreads ? s.head_dim : kFastThreads;
   const int per_thread = (s.num_heads / s.num_kv_heads + kFastThreads / span - 1) / (kFastThreads / span);
-  const dim3 block(kFastThreads);
   auto* kernel = per_thread <= 1   ? attention_chunk_kernel<kDimLanes, 1>
                  : per_thread <= 2 ? attention_chunk_kernel<kDimLanes, 2>
                                    : attention_chunk_kernel<kDimLanes, kMaxGroup>;
-  return detail::launch_dependent(kernel, grid, block, stream, true, s, pool, b);
+  const bool stage = can_stage(s, pool, b);
+  const size_t staged_bytes = stage ? size_t{C} * s.head_dim * sizeof(float) : 0;
+  if (staged_bytes > 48 * 1024) {  // over the default limit of dynamic shared memory: opt in
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(staged_bytes));
+    if (e != cudaSuccess) return e;
+  }
+  return detail::launch_dependent_shared(kernel, grid, dim3(kFastThreads), staged_bytes, stream, true, s, pool, b,
+                                         outb, stage);
 }
 
 cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
@@ -312,15 +447,15 @@ cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const
     attention_chunk_reference_kernel<<<grid, kThreads, 0, stream>>>(s, pool, b);
     e = cudaGetLastError();
   } else if (s.head_dim <= 32) {
-    e = launch_chunks<1>(s, pool, b, grid, stream);
+    e = launch_chunks<1>(s, pool, b, grid, outb, stream);
   } else if (s.head_dim <= 64) {
-    e = launch_chunks<2>(s, pool, b, grid, stream);
+    e = launch_chunks<2>(s, pool, b, grid, outb, stream);
   } else if (s.head_dim <= 128) {
-    e = launch_chunks<4>(s, pool, b, grid, stream);
+    e = launch_chunks<4>(s, pool, b, grid, outb, stream);
   } else {
-    e = launch_chunks<8>(s, pool, b, grid, stream);
+    e = launch_chunks<8>(s, pool, b, grid, outb, stream);
   }
-  if (e != cudaSuccess) return e;
+  if (e != cudaSuccess || (!reference && b.counters != nullptr)) return e;  // merged by the chunk kernel
   return detail::launch_dependent(attention_combine_kernel, dim3(s.num_heads, b.total_tokens), dim3(kThreads), stream,
                                   true, s, b, outb);
 }

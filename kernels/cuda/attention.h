@@ -4,10 +4,12 @@
 /// single-token decode and speculative verify windows. CPU reference: cpu::attention
 /// (kernels/cpu/attention.h).
 ///
-/// Two launches: a split-K chunk kernel (grid: chunk x kv head x query row) writes per
-/// (row, head, chunk) a max, a sum of exponentials and the unnormalised value sum; a
-/// combine kernel merges a row's chunks in ascending order. See attention_plan.h for why
-/// this is batch invariant: a row's result depends only on its query and keys [0, p].
+/// A split-K chunk kernel (grid: chunk x kv head x query row) writes per (row, head,
+/// chunk) a max, a sum of exponentials and the unnormalised value sum; the row's chunks
+/// are then merged in ascending order, by the last chunk block of (row, kv head) to
+/// finish when the batch has counters (one launch), else by a combine kernel (two). See
+/// attention_plan.h for why this is batch invariant: a row's result depends only on its
+/// query and keys [0, p].
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -43,6 +45,9 @@ struct AttentionBatch {
   int32_t total_tokens;
   int32_t max_chunks;                  ///< plan.max_chunks
   float* workspace;                    ///< plan.workspace_floats(num_heads, head_dim); scratch
+  /// [total_tokens * num_kv_heads] chunk counters (AttentionPlan::counters): all zero
+  /// before a launch, and each launch leaves them zero. nullptr: a second kernel merges.
+  uint32_t* counters = nullptr;
 };
 
 /// Enqueues both kernels on `stream`. Returns cudaErrorInvalidValue for an unsupported

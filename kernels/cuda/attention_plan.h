@@ -54,6 +54,8 @@ struct AttentionPlan {
   int64_t workspace_floats(int32_t num_heads, int32_t head_dim) const {
     return int64_t{total_tokens} * num_heads * max_chunks * (head_dim + 2);
   }
+  /// Chunk counters of AttentionBatch::counters: one per (row, kv head).
+  int64_t counters(int32_t num_kv_heads) const { return int64_t{total_tokens} * num_kv_heads; }
 };
 
 /// Lays the windows out in order (window w's rows follow window w-1's). Throws

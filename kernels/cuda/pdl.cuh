@@ -40,14 +40,16 @@ inline bool pdl_enabled() {
   return on;
 }
 
-/// kernel<<<grid, block, 0, stream>>>(args...), as a programmatic dependent of the kernel
-/// before it on the stream when `dependent` (the kernel must wait as described above).
+/// kernel<<<grid, block, shared_bytes, stream>>>(args...), as a programmatic dependent of
+/// the kernel before it on the stream when `dependent` (the kernel must wait as described
+/// above).
 template <class... Params, class... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, bool dependent,
-                             Args&&... args) {
+cudaError_t launch_dependent_shared(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                                    cudaStream_t stream, bool dependent, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -55,6 +57,13 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, c
   config.attrs = &attribute;
   config.numAttrs = dependent && pdl_enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+/// The same without dynamic shared memory.
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, bool dependent,
+                             Args&&... args) {
+  return launch_dependent_shared(kernel, grid, block, 0, stream, dependent, std::forward<Args>(args)...);
 }
 
 }  // namespace specpipe::cuda::detail

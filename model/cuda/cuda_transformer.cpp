@@ -111,6 +111,9 @@ struct CudaTransformer::Impl {
     float *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   };
   DeviceBuffer weights_bf16, weights_f32, rope, pool, scratch, meta, workspace;
+  // Attention's chunk counters ([max_tokens, kv_heads], zero between launches): the chunk
+  // kernel's last block per (row, kv head) merges the row, one launch a layer.
+  DeviceBuffer attention_counters;
   PinnedBuffer meta_host, out_host;
   // The argmax ids come back after the logits rows of out_host ([max_tokens, vocab] floats).
   int32_t* host_ids(int64_t max_tokens, int64_t vocab) const {
@@ -455,6 +458,8 @@ void CudaTransformer::allocate_kv_pool(int32_t kv_blocks, int32_t block_size) {
                            sizeof(float),
                        &device_bytes_);
   d.capacity_chunks = cuda::attention_chunks(static_cast<int32_t>(std::max<int64_t>(max_keys, 1)));
+  d.attention_counters.allocate(static_cast<size_t>(M * c.num_kv_heads) * sizeof(uint32_t), &device_bytes_);
+  cuda_try(cudaMemset(d.attention_counters.as<void>(), 0, d.attention_counters.bytes()), "counters memset");
   // Metadata: one fixed layout for every forward (graphs bake these addresses). int64
   // slots, the int32 arrays, the window descriptors, then the block tables (copied up to
   // the end of what is used).
@@ -920,7 +925,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
       const cuda::PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd,
                                  d.block_size, m.bt};
       const cuda::AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, m.win, m.tw, rows_total,
-                                       max_chunks, d.workspace.as<float>()};
+                                       max_chunks, d.workspace.as<float>(), d.attention_counters.as<uint32_t>()};
       if (!skip_rest && !skip_attention) cuda_try(cuda::attention_bf16(shape, pool, batch, d.xb, st), "attention");
       if (!skip_gemms) gemm(d.g_o, d.xb, w.o, d.tmp, rows_total, H, qd, "o_proj GEMM");
       // MLP block

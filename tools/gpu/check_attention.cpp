@@ -77,17 +77,22 @@ std::vector<float> gpu_attention(const cuda::AttentionShape& s, PoolFixture& poo
   const cuda::AttentionPlan plan = cuda::plan_attention(specs);
   DeviceBuffer<float> dq(q), dk(k), dv(v), dout(static_cast<size_t>(plan.total_tokens * ldq));
   DeviceBuffer<float> ws(static_cast<size_t>(plan.workspace_floats(s.num_heads, s.head_dim)));
+  DeviceBuffer<uint32_t> counters(std::vector<uint32_t>(static_cast<size_t>(plan.counters(s.num_kv_heads)), 0));
   DeviceBuffer<int32_t> dtables(tables), dtoken(plan.token_window);
   DeviceBuffer<cuda::AttentionWindowDesc> ddesc(plan.windows);
   const cuda::PagedPool p{pool.dk.get(), pool.dv.get(), pool.stride, kBlockSize, dtables.get()};
-  const cuda::AttentionBatch b{dq.get(), dk.get(), dv.get(), dout.get(), ldq, ldkv, ldq, ddesc.get(), dtoken.get(),
-                               plan.total_tokens, plan.max_chunks, ws.get()};
+  // One launch: the chunk kernel's last block per (row, kv head) merges (the forward's way).
+  const cuda::AttentionBatch b{dq.get(),       dk.get(),  dv.get(), dout.get(), ldq, ldkv, ldq, ddesc.get(),
+                               dtoken.get(),   plan.total_tokens, plan.max_chunks, ws.get(), counters.get()};
   CUDA_OK(cuda::attention(s, p, b, stream));
   if (time_us_out) *time_us_out = time_us(stream, 5, 50, [&] { cuda::attention(s, p, b, stream); });
   auto out = dout.download();
-  // attention_bf16 (the forward's fused output cast) must give f32_to_bf16 of `out`, bit for bit.
+  // attention_bf16 (the forward's fused output cast) must give f32_to_bf16 of `out`, bit for bit;
+  // run without counters, it also checks the two-launch merge (combine kernel) against the one-launch one.
   DeviceBuffer<uint16_t> dout_bf16(out.size());
-  CUDA_OK(cuda::attention_bf16(s, p, b, dout_bf16.get(), stream));
+  cuda::AttentionBatch two_launches = b;
+  two_launches.counters = nullptr;
+  CUDA_OK(cuda::attention_bf16(s, p, two_launches, dout_bf16.get(), stream));
   const auto got_bf16 = dout_bf16.download();
   for (size_t i = 0; i < out.size(); ++i) g_bf16_mismatches += got_bf16[i] != f32_to_bf16(out[i]);
   ++g_bf16_runs;
@@ -189,13 +194,22 @@ void check_invariance(Report& report, cudaStream_t stream) {
                                      stream);
   report.bitwise("attention_invariance batched beside other windows", batched.data() + 4 * ldq, full.data(),
                  full.size());
+  // Beside a 20-token window (a prefill chunk): 29 rows, over kStageMaxRows, so the values
+  // are read from global memory instead of staged in shared memory; the same bits.
+  const auto other_c = pool.table(20, 910);
+  const auto pq = random_floats(static_cast<size_t>(20 * ldq), 911), pk = random_floats(static_cast<size_t>(20 * ldkv), 912);
+  const auto unstaged = gpu_attention(
+      s, pool, {{0, 20, &other_c, pq.data(), pk.data(), pk.data()}, {P, N, &table, q.data(), k.data(), v.data()}},
+      stream);
+  report.bitwise("attention_invariance beside a prefill chunk (values not staged)", unstaged.data() + 20 * ldq,
+                 full.data(), full.size());
 }
 
 void time_attention(Report& report, cudaStream_t stream) {
   const int32_t heads = 32, kv = 8, hd = 128;  // Llama-3-8B
   const cuda::AttentionShape s = shape_of(heads, kv, hd);
   const int64_t ldq = int64_t{heads} * hd, ldkv = int64_t{kv} * hd;
-  for (int32_t context : {4096, 32768}) {
+  for (int32_t context : {512, 2048, 4096, 32768}) {
     PoolFixture pool(kv, hd, context / kBlockSize + 1, 950);
     pool.upload();
     const auto table = pool.table(context + 9, 951);
@@ -219,6 +233,7 @@ void check_attention(Report& report, cudaStream_t stream, const Options& options
   check_accuracy(report, stream, 16, 8, 64, {{37, 3}, {128, 1}}, 811);
   check_accuracy(report, stream, 16, 8, 128, {{4000, 2}}, 821);
   check_accuracy(report, stream, 14, 2, 64, {{255, 2}, {0, 1}}, 831);  // group of 7
+  check_accuracy(report, stream, 32, 8, 128, {{0, 24}, {500, 3}}, 841);  // 27 rows: values not staged
   check_invariance(report, stream);
   report.exact_count("attention_bf16 == f32_to_bf16(attention)", g_bf16_mismatches,
                      fmt::format("{} launches compared", g_bf16_runs));
