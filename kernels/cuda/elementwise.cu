@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -83,8 +84,7 @@ __global__ void silu_gate_kernel(const float* gate, const float* up, float* out,
   const int64_t row = blockIdx.y;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t o = row * ld + i;
-    const float g = gate[o];
-    out[o] = g / (1.0f + expf(-g)) * up[o];
+    out[o] = detail::silu_gate_value(gate[o], up[o]);
   }
 }
 
@@ -161,8 +161,7 @@ __global__ void silu_gate_bf16_kernel(const float* gate, const float* up, int64_
   const int64_t row = blockIdx.y;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t o = row * ld + i;
-    const float g = gate[o];
-    yb[row * ldyb + i] = f32_to_bf16_rne(g / (1.0f + expf(-g)) * up[o]);
+    yb[row * ldyb + i] = f32_to_bf16_rne(detail::silu_gate_value(gate[o], up[o]));
   }
 }
 

@@ -89,4 +89,17 @@ constexpr int32_t kMaxMmaRows = 64;
 cudaError_t gemm_mma_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y,
                           int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous = false);
 
+/// An MLP's gate and up projections and its SiLU gate in one launch (the forward's
+/// gate_up GEMM and silu_gate_bf16 without the FP32 round trip between them):
+/// yb[r, i] = bf16(silu(x W_gate^T) * (x W_up^T)) for r < m, i < n, bitwise what
+/// gemm_mma_bf16 over [W_gate; W_up] then silu_gate_bf16 give. w: the 2n x k rows of
+/// [W_gate; W_up] laid out by interleave_gate_up. Requires n % 8 == 0 and gemm_mma_bf16's
+/// conditions (cudaErrorInvalidValue otherwise).
+cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, uint16_t* yb,
+                               int64_t ldyb, int32_t m, cudaStream_t stream, bool overlap_previous = false);
+
+/// Host: [W_gate; W_up] (2n rows of k, gate rows first) -> gemm_mma_silu_bf16's layout,
+/// 8 gate rows then the same 8 features' up rows (its 16-row tiles). n % 8 == 0.
+void interleave_gate_up(const uint16_t* gate_up, int64_t n, int64_t k, uint16_t* out);
+
 }  // namespace specpipe::cuda

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -46,10 +48,14 @@ __device__ inline void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2,
 /// t = lane % 4) loads bf16 k = s*32 + 8t .. +7 of feature rows g and g + 8, and of x
 /// rows 8j + g; the mma's k slots are a permutation of those 32 k, the same for A and B:
 /// words 0-1 feed the first mma, words 2-3 the second.
-template <int kTiles>
+/// kSiluGate: W's rows are gate and up interleaved by 8 (interleave_gate_up), so a lane
+/// holds gate and up of MLP feature 8 b + g side by side, and the block writes
+/// yb = bf16(silu(gate) * up) to [m, ldy] instead of y (n = W's rows = 2 features).
+template <int kTiles, bool kSiluGate>
 __global__ void __launch_bounds__(kWarps * 32) gemm_mma_kernel(const uint16_t* __restrict__ x, int64_t ldx,
                                                                const uint16_t* __restrict__ w, int64_t n, int64_t k,
-                                                               float* __restrict__ y, int64_t ldy, int32_t m) {
+                                                               float* __restrict__ y, uint16_t* __restrict__ yb,
+                                                               int64_t ldy, int32_t m) {
   __shared__ float partial[kWarps - 1][kTiles][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t f0 = int64_t{blockIdx.x} * kTile;
@@ -130,29 +136,43 @@ __global__ void __launch_bounds__(kWarps * 32) gemm_mma_kernel(const uint16_t* _
   if (warp != 0) return;
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
+    float v[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      float v = acc[j][e];
+      v[e] = acc[j][e];
 #pragma unroll
-      for (int p = 0; p < kWarps - 1; ++p) v += partial[p][j][e][lane];
-      const int row = 8 * j + 2 * t + (e & 1);
-      const int64_t f = f0 + g + (e >= 2 ? 8 : 0);
-      if (row < m && f < n) y[row * ldy + f] = v;
+      for (int p = 0; p < kWarps - 1; ++p) v[e] += partial[p][j][e][lane];
+    }
+    if constexpr (kSiluGate) {
+      const int64_t f = f0 / 2 + g;  // gate in v[0..1], up in v[2..3]
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int row = 8 * j + 2 * t + e;
+        if (row < m && f < n / 2) yb[row * ldy + f] = detail::f32_to_bf16_rne(detail::silu_gate_value(v[e], v[e + 2]));
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 8 * j + 2 * t + (e & 1);
+        const int64_t f = f0 + g + (e >= 2 ? 8 : 0);
+        if (row < m && f < n) y[row * ldy + f] = v[e];
+      }
     }
   }
 }
 
-template <int kTiles>
-cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y, int64_t ldy,
-                   int32_t m, cudaStream_t stream, bool overlap_previous) {
-  return detail::launch_dependent(gemm_mma_kernel<kTiles>, dim3(static_cast<unsigned>((n + kTile - 1) / kTile)),
-                                  dim3(kWarps * 32), stream, overlap_previous, x, ldx, w, n, k, y, ldy, m);
+template <int kTiles, bool kSiluGate>
+cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y, uint16_t* yb,
+                   int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
+  return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate>,
+                                  dim3(static_cast<unsigned>((n + kTile - 1) / kTile)), dim3(kWarps * 32), stream,
+                                  overlap_previous, x, ldx, w, n, k, y, yb, ldy, m);
 }
 
-}  // namespace
-
-cudaError_t gemm_mma_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y,
-                          int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
+/// Both entry points: W of n rows, y (float) or yb (the SiLU gate's bf16) of ldy.
+template <bool kSiluGate>
+cudaError_t gemm_mma(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y, uint16_t* yb,
+                     int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
   if (k % kStep != 0 || ldx % 8 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return cudaErrorInvalidValue;
@@ -162,15 +182,36 @@ cudaError_t gemm_mma_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int
   for (int32_t r0 = 0; r0 < m; r0 += kMaxMmaRows) {
     const int32_t rows = std::min(m - r0, kMaxMmaRows);
     const uint16_t* xr = x + int64_t{r0} * ldx;
-    float* yr = y + int64_t{r0} * ldy;
+    float* yr = y ? y + int64_t{r0} * ldy : nullptr;
+    uint16_t* ybr = yb ? yb + int64_t{r0} * ldy : nullptr;
     cudaError_t e;
-    if (rows <= 8) e = launch<1>(xr, ldx, w, n, k, yr, ldy, rows, stream, overlap_previous);
-    else if (rows <= 16) e = launch<2>(xr, ldx, w, n, k, yr, ldy, rows, stream, overlap_previous);
-    else if (rows <= 32) e = launch<4>(xr, ldx, w, n, k, yr, ldy, rows, stream, overlap_previous);
-    else e = launch<kMaxTiles>(xr, ldx, w, n, k, yr, ldy, rows, stream, overlap_previous);
+    if (rows <= 8) e = launch<1, kSiluGate>(xr, ldx, w, n, k, yr, ybr, ldy, rows, stream, overlap_previous);
+    else if (rows <= 16) e = launch<2, kSiluGate>(xr, ldx, w, n, k, yr, ybr, ldy, rows, stream, overlap_previous);
+    else if (rows <= 32) e = launch<4, kSiluGate>(xr, ldx, w, n, k, yr, ybr, ldy, rows, stream, overlap_previous);
+    else e = launch<kMaxTiles, kSiluGate>(xr, ldx, w, n, k, yr, ybr, ldy, rows, stream, overlap_previous);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t gemm_mma_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y,
+                          int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
+  return gemm_mma<false>(x, ldx, w, n, k, y, nullptr, ldy, m, stream, overlap_previous);
+}
+
+cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, uint16_t* yb,
+                               int64_t ldyb, int32_t m, cudaStream_t stream, bool overlap_previous) {
+  if (n % 8 != 0) return cudaErrorInvalidValue;
+  return gemm_mma<true>(x, ldx, w, 2 * n, k, nullptr, yb, ldyb, m, stream, overlap_previous);
+}
+
+void interleave_gate_up(const uint16_t* gate_up, int64_t n, int64_t k, uint16_t* out) {
+  for (int64_t f0 = 0; f0 < n; f0 += 8)
+    for (int64_t half = 0; half < 2; ++half)  // 8 gate rows, then the same 8 features' up rows
+      for (int64_t i = 0; i < 8; ++i)
+        std::copy_n(gate_up + (half * n + f0 + i) * k, k, out + (2 * f0 + 8 * half + i) * k);
 }
 
 }  // namespace specpipe::cuda

@@ -163,6 +163,11 @@ struct CudaTransformer::Impl {
   cuda::FusedModel fused{};
   cuda::FusedScratch fused_sc{};
   int32_t fused_blocks = 0;
+  // The gate_up GEMM writes the SiLU gate's BF16 output itself (gemm_mma_silu_bf16; its
+  // weights interleaved by 8): mma without the fused step or MLP biases. act is that
+  // output, [max_tokens, intermediate] BF16 in gu's memory (gu is unused then).
+  bool gate_up_silu = false;
+  uint16_t* act = nullptr;
   std::string fused_why = "off";
 
   void clear_graphs() {
@@ -289,6 +294,11 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
     bf_size = align_up(bf_size, 64);
     if (weights_ptr) bf.resize(bf_size);
   };
+  const ModelWeights* mw = weights_ptr;
+  d.gate_up_silu = options_.gemm == CudaGemm::mma && !options_.fused_step && I % 8 == 0 &&
+                   (mw ? std::all_of(mw->layers.begin(), mw->layers.end(),
+                                     [](const LayerWeights& l) { return l.gate_bias.empty() && l.up_bias.empty(); })
+                       : !c.mlp_bias);
   // One matrix (or several stacked: q|k|v, gate|up) of rows x cols; host parts or random.
   auto add_matrix = [&](std::initializer_list<const MatrixWeight*> parts, int64_t rows, int64_t cols) {
     const size_t at = bf_size;
@@ -302,7 +312,6 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
     pad_bf();
     return at;
   };
-  const ModelWeights* mw = weights_ptr;
   const size_t embed_off = add_matrix({mw ? &mw->embed_tokens : nullptr}, V, H);
   size_t head_off = embed_off;
   if (mw ? mw->lm_head.data != mw->embed_tokens.data : !c.tie_word_embeddings)
@@ -336,6 +345,11 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
     o.qkv = add_matrix({&l.q_proj, &l.k_proj, &l.v_proj}, qkvd, H);
     o.o = add_matrix({&l.o_proj}, H, qd);
     o.gate_up = add_matrix({&l.gate_proj, &l.up_proj}, 2 * I, H);
+    if (d.gate_up_silu) {  // gemm_mma_silu_bf16's layout
+      const std::vector<uint16_t> stacked(bf.begin() + static_cast<std::ptrdiff_t>(o.gate_up),
+                                          bf.begin() + static_cast<std::ptrdiff_t>(o.gate_up + 2 * I * H));
+      cuda::interleave_gate_up(stacked.data(), I, H, bf.data() + o.gate_up);
+    }
     o.down = add_matrix({&l.down_proj}, H, I);
     step_matrix_bytes_ += (bf_size - before) * sizeof(uint16_t);
     if (!l.q_bias.empty() || !l.k_bias.empty() || !l.v_bias.empty()) {
@@ -416,6 +430,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   d.logits = d.tmp + M * H;
   d.xb = reinterpret_cast<uint16_t*>(d.logits + M * V);
   d.argmax = reinterpret_cast<int32_t*>(d.xb + align_up(static_cast<size_t>(M * widest), 8));
+  d.act = reinterpret_cast<uint16_t*>(d.gu);
   d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) +
                      static_cast<size_t>(M * kMaxChainSteps) * sizeof(int32_t));
   // --- GEMMs: with cuBLASLt, one pinned algorithm per shape ---
@@ -505,6 +520,8 @@ KvStoreConfig CudaTransformer::kv_config() const {
 }
 
 std::vector<std::string> CudaTransformer::gemm_algorithms() const {
+  if (options_.gemm == CudaGemm::mma && impl_->gate_up_silu)
+    return {"qkv, o_proj, down_proj, lm_head: gemm_mma_bf16", "gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)"};
   if (options_.gemm == CudaGemm::mma) return {"all: gemm_mma_bf16"};
   if (options_.gemm == CudaGemm::rows) return {"all: gemm_rows_bf16"};
   const Impl& d = *impl_;
@@ -932,10 +949,18 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
       if (!skip_rest)
         cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.o_bias, H, w.post_norm, eps, rows_total, H, d.xb, H, st),
                  "residual + post-attention norm");
-      if (!skip_gemms) gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, rows_total, 2 * I, H, "gate_up GEMM");
-      if (w.gate_up_bias) cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, rows_total, 2 * I, st), "gate_up bias");
-      if (!skip_rest) cuda_try(cuda::silu_gate_bf16(d.gu, d.gu + I, 2 * I, rows_total, I, d.xb, I, st), "silu gate");
-      if (!skip_gemms) gemm(d.g_down, d.xb, w.down, d.tmp, rows_total, H, I, "down_proj GEMM");
+      if (d.gate_up_silu) {
+        if (!skip_gemms)
+          cuda_try(cuda::gemm_mma_silu_bf16(d.xb, H, w.gate_up, I, H, d.act, I, rows_total, st, true),
+                   "gate_up GEMM + SiLU gate");
+      } else {
+        if (!skip_gemms) gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, rows_total, 2 * I, H, "gate_up GEMM");
+        if (w.gate_up_bias)
+          cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, rows_total, 2 * I, st), "gate_up bias");
+        if (!skip_rest) cuda_try(cuda::silu_gate_bf16(d.gu, d.gu + I, 2 * I, rows_total, I, d.xb, I, st), "silu gate");
+      }
+      // (act lives in gu's memory: the unfused SiLU gate writes xb, as it reads gu)
+      if (!skip_gemms) gemm(d.g_down, d.gate_up_silu ? d.act : d.xb, w.down, d.tmp, rows_total, H, I, "down_proj GEMM");
       if (skip_rest) continue;
       if (l + 1 < c.num_layers)
         cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.down_bias, H,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/block_reduce.cuh"
 
@@ -412,8 +413,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 4
     for (int t = threadIdx.x; t < rows * d.I; t += kThreads) {
       const int r = t / d.I, i = t % d.I;
-      const float g = gu[int64_t{r} * 2 * d.I + i];
-      xs[r * d.ld_s + i] = f32_to_bf16_rne(g / (1.0f + expf(-g)) * gu[int64_t{r} * 2 * d.I + d.I + i]);
+      xs[r * d.ld_s + i] =
+          f32_to_bf16_rne(detail::silu_gate_value(gu[int64_t{r} * 2 * d.I + i], gu[int64_t{r} * 2 * d.I + d.I + i]));
     }
     __syncthreads();
     gemm_cols<2, kFusedMaxRows>(L.down, d.H, d.I, xs, d.ld_s, rows, gw, gws,

@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 
+#include <fmt/format.h>
+
 #include "core/dtype.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_matrix.h"
@@ -150,6 +152,34 @@ void check_accuracy_and_invariance(Report& report, cublasLtHandle_t lt, cudaStre
   }
 }
 
+/// gemm_mma_silu_bf16 over the interleaved weights == gemm_mma_bf16 over [W_gate; W_up]
+/// then silu_gate_bf16, bit for bit, for 1..80 rows (80: a second pass over W).
+void check_silu_epilogue(Report& report, cudaStream_t stream) {
+  const int64_t n = 264, k = 512, ldx = k + 32;  // n: 33 tiles of 8 features
+  const int32_t M = 80;
+  const auto w16 = to_bf16(random_floats(static_cast<size_t>(2 * n * k), 1101, -0.1f, 0.1f));
+  std::vector<uint16_t> interleaved(w16.size());
+  cuda::interleave_gate_up(w16.data(), n, k, interleaved.data());
+  const auto x = random_floats(static_cast<size_t>(M * ldx), 1102, -2.0f, 2.0f);
+  DeviceBuffer<float> dx32(x), dgu(static_cast<size_t>(M * 2 * n));
+  DeviceBuffer<uint16_t> dw(w16), dwi(interleaved), dx16(static_cast<size_t>(M * ldx)),
+      want(static_cast<size_t>(M * n)), got(static_cast<size_t>(M * n));
+  CUDA_OK(cuda::f32_to_bf16(dx32.get(), M, k, ldx, dx16.get(), ldx, stream));
+  std::vector<uint16_t> got_all, want_all;
+  for (int32_t m : {1, 5, 8, 9, 16, 33, 64, 80}) {
+    CUDA_OK(cuda::gemm_mma_bf16(dx16.get(), ldx, dw.get(), 2 * n, k, dgu.get(), 2 * n, m, stream));
+    CUDA_OK(cuda::silu_gate_bf16(dgu.get(), dgu.get() + n, 2 * n, m, n, want.get(), n, stream));
+    CUDA_OK(cuda::gemm_mma_silu_bf16(dx16.get(), ldx, dwi.get(), n, k, got.get(), n, m, stream, true));
+    const auto a = got.download(), b = want.download();
+    got_all.insert(got_all.end(), a.begin(), a.begin() + m * n);
+    want_all.insert(want_all.end(), b.begin(), b.begin() + m * n);
+  }
+  int64_t differ = 0;
+  for (size_t i = 0; i < got_all.size(); ++i) differ += got_all[i] != want_all[i];
+  report.exact_count("gemm_mma_silu_bf16 == gemm_mma_bf16 + silu_gate_bf16 (m = 1..80)", differ,
+                     fmt::format("{} outputs compared", got_all.size()));
+}
+
 double copy_bandwidth_GBps(Report& report, cudaStream_t stream) {
   const size_t bytes = size_t{1} << 30;
   DeviceBuffer<uint8_t> a(bytes), b(bytes);
@@ -217,6 +247,7 @@ void check_gemm(Report& report, cudaStream_t stream, const Options& options) {
   lt_ok(cublasLtCreate(&lt), "cublasLtCreate");
   std::unique_ptr<cublasLtContext, decltype(&cublasLtDestroy)> guard(lt, cublasLtDestroy);
   check_accuracy_and_invariance(report, lt, stream);
+  check_silu_epilogue(report, stream);
   if (options.timing) time_llama8b(report, lt, stream);
 }
 
