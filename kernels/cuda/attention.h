@@ -50,8 +50,9 @@ struct AttentionBatch {
   uint32_t* counters = nullptr;
 };
 
-/// Enqueues both kernels on `stream`. Returns cudaErrorInvalidValue for an unsupported
-/// shape (head_dim > 256, a group over 16, heads not divisible), else the launch status.
+/// Enqueues the chunk kernel, and the combine kernel when batch.counters is null, on
+/// `stream`. Returns cudaErrorInvalidValue for an unsupported shape (head_dim > 256, a
+/// group over 16, heads not divisible, over 65,535 chunks), else the launch status.
 cudaError_t attention(const AttentionShape& shape, const PagedPool& pool, const AttentionBatch& batch,
                       cudaStream_t stream);
 
