@@ -915,7 +915,9 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
                                      1.0f / std::sqrt(static_cast<float>(c.head_dim))};
     // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence
     // embedding, norm, cast / q-k norm, RoPE, KV scatter / attention, cast / residual, next
-    // norm, cast / SiLU gate, cast; 5 small launches per layer besides the GEMMs.
+    // norm, cast / SiLU gate, cast. Per layer besides the GEMMs: q-k norm + RoPE + KV,
+    // attention (one launch with the counters), two residual + norm, and the SiLU gate
+    // unless the gate_up GEMM writes it (gate_up_silu).
     if (!skip_rest && c.num_layers > 0)
       cuda_try(cuda::embedding_rms_norm_bf16(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H,
                                              d.layers[0].input_norm, eps, d.xb, H, st),
