@@ -47,8 +47,8 @@ struct ChunkShared {
   bool merges;
 };
 
-/// The chunk's values staged in shared memory ([count][head_dim], dynamic; see
-/// stage_values in attention_impl).
+/// The chunk's values staged in shared memory ([count][head_dim], dynamic; can_stage
+/// and launch_chunks decide and size it); the merging block reuses it.
 extern __shared__ __align__(16) float staged_values[];
 
 /// 16 bytes from global to shared memory without a register round trip (sm_80+), so
@@ -71,7 +71,8 @@ __device__ inline MergeWeights merge_weights(const float* rec, int32_t chunks, i
   float m = -INFINITY;
   for (int32_t c = 0; c < chunks; ++c) m = fmaxf(m, __ldcg(rec + c * stride));
   float sum = 0.0f;
-  for (int32_t c = 0; c < chunks; ++c) sum = fmaf(expf(__ldcg(rec + c * stride) - m), __ldcg(rec + c * stride + 1), sum);
+  for (int32_t c = 0; c < chunks; ++c)
+    sum = fmaf(expf(__ldcg(rec + c * stride) - m), __ldcg(rec + c * stride + 1), sum);
   return {m, sum};
 }
 

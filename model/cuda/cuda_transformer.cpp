@@ -521,7 +521,8 @@ KvStoreConfig CudaTransformer::kv_config() const {
 
 std::vector<std::string> CudaTransformer::gemm_algorithms() const {
   if (options_.gemm == CudaGemm::mma && impl_->gate_up_silu)
-    return {"qkv, o_proj, down_proj, lm_head: gemm_mma_bf16", "gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)"};
+    return {"qkv, o_proj, down_proj, lm_head: gemm_mma_bf16",
+            "gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)"};
   if (options_.gemm == CudaGemm::mma) return {"all: gemm_mma_bf16"};
   if (options_.gemm == CudaGemm::rows) return {"all: gemm_rows_bf16"};
   const Impl& d = *impl_;

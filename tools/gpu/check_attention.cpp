@@ -197,7 +197,8 @@ void check_invariance(Report& report, cudaStream_t stream) {
   // Beside a 20-token window (a prefill chunk): 29 rows, over kStageMaxRows, so the values
   // are read from global memory instead of staged in shared memory; the same bits.
   const auto other_c = pool.table(20, 910);
-  const auto pq = random_floats(static_cast<size_t>(20 * ldq), 911), pk = random_floats(static_cast<size_t>(20 * ldkv), 912);
+  const auto pq = random_floats(static_cast<size_t>(20 * ldq), 911);
+  const auto pk = random_floats(static_cast<size_t>(20 * ldkv), 912);
   const auto unstaged = gpu_attention(
       s, pool, {{0, 20, &other_c, pq.data(), pk.data(), pk.data()}, {P, N, &table, q.data(), k.data(), v.data()}},
       stream);
