@@ -61,28 +61,38 @@ __device__ inline void copy_async_wait_all() { asm volatile("cp.async.wait_all;"
 
 /// How a row's chunk records (max m_c, sum s_c, value sums a_c) merge, chunks in
 /// ascending order: M = max m_c, S = sum e^(m_c - M) s_c, out[d] = sum e^(m_c - M) a_c[d] / S.
-/// The combine kernel and the chunk kernel's merging block both call these, so they
-/// give the same bits. The loads skip L1: other blocks of the grid wrote the records.
+/// The one formula of the combine kernel and of the chunk kernel's merging block, which
+/// differ only in where m_c, s_c and e^(m_c - M) are read (max_of, sum_of, weight_of),
+/// so they give the same bits. Record loads skip L1: other blocks of the grid wrote them.
 struct MergeWeights {
   float max, sum;
 };
 
-__device__ inline MergeWeights merge_weights(const float* rec, int32_t chunks, int64_t stride) {
+template <class MaxOf, class SumOf>
+__device__ inline MergeWeights merge_weights(int32_t chunks, MaxOf max_of, SumOf sum_of) {
   float m = -INFINITY;
-  for (int32_t c = 0; c < chunks; ++c) m = fmaxf(m, __ldcg(rec + c * stride));
+  for (int32_t c = 0; c < chunks; ++c) m = fmaxf(m, max_of(c));
   float sum = 0.0f;
-  for (int32_t c = 0; c < chunks; ++c)
-    sum = fmaf(expf(__ldcg(rec + c * stride) - m), __ldcg(rec + c * stride + 1), sum);
+  for (int32_t c = 0; c < chunks; ++c) sum = fmaf(expf(max_of(c) - m), sum_of(c), sum);
   return {m, sum};
 }
 
-__device__ inline float merged_value(const float* rec, int32_t chunks, int64_t stride, MergeWeights w, int d) {
+/// out[d] from a_c[d] at value + c * stride and weight_of(c) = e^(m_c - M).
+template <class WeightOf>
+__device__ inline float merged_value(const float* value, int32_t chunks, int64_t stride, WeightOf weight_of,
+                                     float sum) {
   float acc = 0.0f;
   // Unrolled for loads in flight; the additions keep their order.
-#pragma unroll 8
-  for (int32_t c = 0; c < chunks; ++c)
-    acc = fmaf(expf(__ldcg(rec + c * stride) - w.max), __ldcg(rec + c * stride + 2 + d), acc);
-  return acc / w.sum;
+#pragma unroll 16
+  for (int32_t c = 0; c < chunks; ++c) acc = fmaf(weight_of(c), __ldcg(value + c * stride), acc);
+  return acc / sum;
+}
+
+/// out[d] of one head read straight from its records `rec` (chunk c's at rec + c * stride).
+__device__ inline float merge_from_records(const float* rec, int32_t chunks, int64_t stride, int d) {
+  const auto max_of = [&](int32_t c) { return __ldcg(rec + c * stride); };
+  const MergeWeights w = merge_weights(chunks, max_of, [&](int32_t c) { return __ldcg(rec + c * stride + 1); });
+  return merged_value(rec + 2 + d, chunks, stride, [&](int32_t c) { return expf(max_of(c) - w.max); }, w.sum);
 }
 
 /// The chunk records of (row, query head h): chunk c's is at rec + c * (head_dim + 2).
@@ -363,18 +373,17 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
   const int64_t stride = hd + 2;
   const int32_t h0 = kvh * group;
   if (!stage || 2 * group * (chunks + 1) > C * hd) {
-    // No room for the chunk weights: merge_weights per thread (one load chain per chunk).
+    // No room for the chunk weights: every output reads its chunks' records itself.
     for (int o = tid; o < group * hd; o += kFastThreads) {
       const int32_t h = h0 + o / hd, d = o % hd;
-      const float* rec = row_records(s, b, row, h);
-      const MergeWeights w = merge_weights(rec, chunks, stride);
-      store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h} * hd + d, merged_value(rec, chunks, stride, w, d));
+      store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h} * hd + d,
+                   merge_from_records(row_records(s, b, row, h), chunks, stride, d));
     }
     return;
   }
-  // merge_weights and merged_value's arithmetic, the chunk weights computed once in the
-  // staging memory (free now): every (head, chunk) max and sum loaded at once, then
-  // M, S per head, then e^(m_c - M) per (head, chunk); the value sums wait on few loads.
+  // The chunk weights computed once in the staging memory (free now): every (head, chunk)
+  // max and sum loaded at once, then M, S per head, then e^(m_c - M) per (head, chunk);
+  // the value sums wait on few loads.
   float* weight = staged_values;                 // [group][chunks]: m_c, then e^(m_c - M)
   float* sums = weight + group * chunks;         // [group][chunks]: s_c
   float* head = sums + group * chunks;           // [group][2]: M, S
@@ -385,39 +394,34 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
   }
   __syncthreads();
   if (tid < group) {
-    float m = -INFINITY;
-    for (int32_t c = 0; c < chunks; ++c) m = fmaxf(m, weight[tid * chunks + c]);
-    float sum = 0.0f;
-    for (int32_t c = 0; c < chunks; ++c) sum = fmaf(expf(weight[tid * chunks + c] - m), sums[tid * chunks + c], sum);
-    head[2 * tid] = m;
-    head[2 * tid + 1] = sum;
+    const float* mg = weight + tid * chunks;
+    const float* sg = sums + tid * chunks;
+    const MergeWeights w = merge_weights(chunks, [&](int32_t c) { return mg[c]; }, [&](int32_t c) { return sg[c]; });
+    head[2 * tid] = w.max;
+    head[2 * tid + 1] = w.sum;
   }
   __syncthreads();
   for (int i = tid; i < group * chunks; i += kFastThreads) weight[i] = expf(weight[i] - head[2 * (i / chunks)]);
   __syncthreads();
   for (int o = tid; o < group * hd; o += kFastThreads) {
     const int g = o / hd, d = o % hd;
-    const float* rec = row_records(s, b, row, h0 + g) + 2 + d;
     const float* wg = weight + g * chunks;
-    float acc = 0.0f;
-#pragma unroll 16
-    for (int32_t c = 0; c < chunks; ++c) acc = fmaf(wg[c], __ldcg(rec + c * stride), acc);
-    store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h0 + g} * hd + d, acc / head[2 * g + 1]);
+    store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h0 + g} * hd + d,
+                 merged_value(row_records(s, b, row, h0 + g) + 2 + d, chunks, stride,
+                              [&](int32_t c) { return wg[c]; }, head[2 * g + 1]));
   }
 }
 
-/// Merges a row's chunks (merge_weights, merged_value): the second launch of the
-/// reference path and of batches without counters. outb != null: BF16 bits there instead
-/// of FP32 to b.out.
+/// Merges a row's chunks (merge_from_records): the second launch of the reference path
+/// and of batches without counters. outb != null: BF16 bits there instead of FP32 to b.out.
 __global__ void __launch_bounds__(kThreads) attention_combine_kernel(AttentionShape s, AttentionBatch b,
                                                                      uint16_t* outb) {
   detail::begin_dependent_kernel();
   const int32_t row = blockIdx.y, h = blockIdx.x, hd = s.head_dim;
   const int32_t chunks = attention_chunks(row_info(b, row).keys);
   const float* rec = row_records(s, b, row, h);
-  const MergeWeights w = merge_weights(rec, chunks, hd + 2);
   for (int d = threadIdx.x; d < hd; d += kThreads)
-    store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h} * hd + d, merged_value(rec, chunks, hd + 2, w, d));
+    store_output(b, outb, int64_t{row} * b.ld_out + int64_t{h} * hd + d, merge_from_records(rec, chunks, hd + 2, d));
 }
 
 /// Rows of a batch up to which the chunk kernel stages values in shared memory: decode

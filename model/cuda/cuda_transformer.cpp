@@ -164,10 +164,8 @@ struct CudaTransformer::Impl {
   cuda::FusedScratch fused_sc{};
   int32_t fused_blocks = 0;
   // The gate_up GEMM writes the SiLU gate's BF16 output itself (gemm_mma_silu_bf16; its
-  // weights interleaved by 8): mma without the fused step or MLP biases. act is that
-  // output, [max_tokens, intermediate] BF16 in gu's memory (gu is unused then).
+  // weights interleaved by 8): mma without the fused step or MLP biases.
   bool gate_up_silu = false;
-  uint16_t* act = nullptr;
   std::string fused_why = "off";
 
   void clear_graphs() {
@@ -295,7 +293,8 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
     if (weights_ptr) bf.resize(bf_size);
   };
   const ModelWeights* mw = weights_ptr;
-  d.gate_up_silu = options_.gemm == CudaGemm::mma && !options_.fused_step && I % 8 == 0 &&
+  // (mma's widths are multiples of 32, so intermediate % 8 == 0 as the kernel needs)
+  d.gate_up_silu = options_.gemm == CudaGemm::mma && !options_.fused_step &&
                    (mw ? std::all_of(mw->layers.begin(), mw->layers.end(),
                                      [](const LayerWeights& l) { return l.gate_bias.empty() && l.up_bias.empty(); })
                        : !c.mlp_bias);
@@ -430,12 +429,11 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   d.logits = d.tmp + M * H;
   d.xb = reinterpret_cast<uint16_t*>(d.logits + M * V);
   d.argmax = reinterpret_cast<int32_t*>(d.xb + align_up(static_cast<size_t>(M * widest), 8));
-  d.act = reinterpret_cast<uint16_t*>(d.gu);
   d.out_host.allocate(static_cast<size_t>(M * V) * sizeof(float) +
                      static_cast<size_t>(M * kMaxChainSteps) * sizeof(int32_t));
   // --- GEMMs: with cuBLASLt, one pinned algorithm per shape ---
-  lt_try(cublasLtCreate(&d.lt), "cublasLtCreate");
   if (options_.gemm == CudaGemm::cublaslt) {
+    lt_try(cublasLtCreate(&d.lt), "cublasLtCreate");
     const int32_t mm = options_.max_tokens;
     lt_try(d.g_qkv.init(d.lt, {qkvd, H, H, qkvd, mm}), "pin qkv GEMM");
     lt_try(d.g_o.init(d.lt, {H, qd, qd, H, mm}), "pin o_proj GEMM");
@@ -952,18 +950,20 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
       if (!skip_rest)
         cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.o_bias, H, w.post_norm, eps, rows_total, H, d.xb, H, st),
                  "residual + post-attention norm");
+      // The fused SiLU gate's BF16 output [rows, I] lives in gu's memory (unused then); the
+      // unfused gate writes xb, as it reads gu.
+      uint16_t* act = d.gate_up_silu ? reinterpret_cast<uint16_t*>(d.gu) : d.xb;
       if (d.gate_up_silu) {
         if (!skip_gemms)
-          cuda_try(cuda::gemm_mma_silu_bf16(d.xb, H, w.gate_up, I, H, d.act, I, rows_total, st, true),
+          cuda_try(cuda::gemm_mma_silu_bf16(d.xb, H, w.gate_up, I, H, act, I, rows_total, st, true),
                    "gate_up GEMM + SiLU gate");
       } else {
         if (!skip_gemms) gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, rows_total, 2 * I, H, "gate_up GEMM");
         if (w.gate_up_bias)
           cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, rows_total, 2 * I, st), "gate_up bias");
-        if (!skip_rest) cuda_try(cuda::silu_gate_bf16(d.gu, d.gu + I, 2 * I, rows_total, I, d.xb, I, st), "silu gate");
+        if (!skip_rest) cuda_try(cuda::silu_gate_bf16(d.gu, d.gu + I, 2 * I, rows_total, I, act, I, st), "silu gate");
       }
-      // (act lives in gu's memory: the unfused SiLU gate writes xb, as it reads gu)
-      if (!skip_gemms) gemm(d.g_down, d.gate_up_silu ? d.act : d.xb, w.down, d.tmp, rows_total, H, I, "down_proj GEMM");
+      if (!skip_gemms) gemm(d.g_down, act, w.down, d.tmp, rows_total, H, I, "down_proj GEMM");
       if (skip_rest) continue;
       if (l + 1 < c.num_layers)
         cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.down_bias, H,
