@@ -15,16 +15,21 @@ namespace {
 constexpr int kMaxGroup = 16;  // query heads sharing one kv head
 
 /// Calls fn(key_index, k_row, v_row) for the keys [0, count) a query at window index
-/// `i` may see: the pool prefix block by block, then window rows 0..i.
+/// `i` may see, in position order: the dense segment, the pool prefix block by block,
+/// then window rows 0..i.
 template <typename Fn>
 inline void for_each_key(const AttentionWindow& w, int32_t kv_head, int32_t head_dim, int32_t i,
                          Fn&& fn) {
   const PagedPrefix& p = w.prefix;
   const int64_t head_off = int64_t{kv_head} * head_dim;
   int32_t j = 0;
-  for (int32_t blk = 0; j < p.length; ++blk) {
+  for (; j < p.dense_length; ++j) {
+    const int64_t o = j * p.slot_stride + head_off;
+    fn(j, p.dense_k + o, p.dense_v + o);
+  }
+  for (int32_t blk = j / p.block_size; j < p.length; ++blk) {
     const int64_t base = int64_t{p.block_table[blk]} * p.block_size;
-    for (int32_t off = 0; off < p.block_size && j < p.length; ++off, ++j) {
+    for (int32_t off = j % p.block_size; off < p.block_size && j < p.length; ++off, ++j) {
       const int64_t o = (base + off) * p.slot_stride + head_off;
       fn(j, p.k + o, p.v + o);
     }
@@ -118,6 +123,12 @@ AttendFn attend_for(int32_t head_dim) {
 }  // namespace
 
 void attention(const AttentionShape& s, std::span<const AttentionWindow> windows) {
+  for (const AttentionWindow& w : windows)
+    if (w.prefix.dense_length < 0 || w.prefix.dense_length > w.prefix.length ||
+        (w.prefix.dense_length > 0 && (!w.prefix.dense_k || !w.prefix.dense_v)))
+      fail(ErrorCode::invalid_argument,
+           "attention: a dense segment of {} tokens in a prefix of {} (needs 0 <= dense <= length, and rows)",
+           w.prefix.dense_length, w.prefix.length);
   const AttendFn attend = attend_for(s.head_dim);
   if (!attend || s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0 ||
       s.num_heads / s.num_kv_heads > kMaxGroup)

@@ -14,14 +14,21 @@ struct AttentionShape {
   float scale;           ///< usually 1 / sqrt(head_dim)
 };
 
-/// The committed prefix of one sequence in the block pool of one layer.
+/// The committed prefix of one sequence in one layer: positions [0, dense_length) in a
+/// dense segment (the host tier's K/V staged in a layer ring slot,
+/// kvstore/layer_ring.h), positions [dense_length, length) in the block pool. Keys are
+/// read in position order across the two, so where a key lives never changes a bit of
+/// the output. Without a dense segment (dense_length 0) the whole prefix is in the pool.
 struct PagedPrefix {
   const float* k;              ///< pool K [slots, kv_heads, head_dim]; read
   const float* v;              ///< pool V, same layout; read
   int64_t slot_stride;         ///< floats per slot (kv_heads * head_dim)
-  const int32_t* block_table;  ///< block ids of the sequence; read
+  const int32_t* block_table;  ///< block ids of the sequence; entries below dense_length / block_size are not read
   int32_t block_size;
-  int32_t length;              ///< prefix tokens: positions [0, length) are in the pool
+  int32_t length;              ///< prefix tokens: positions [0, length)
+  const float* dense_k = nullptr;  ///< [dense_length, slot_stride]: K of positions [0, dense_length); read
+  const float* dense_v = nullptr;  ///< same layout, V; read
+  int32_t dense_length = 0;        ///< 0 <= dense_length <= length
 };
 
 /// One sequence's window: n tokens at positions [prefix.length, prefix.length + n).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -75,6 +76,57 @@ TEST(Attention, TokenOutputIndependentOfWindowSplitAndBatch) {
     ASSERT_EQ(0, std::memcmp(alone.data(), &out[static_cast<size_t>((pos - start) * f.q_dim)], f.q_dim * 4))
         << "start=" << start;
   }
+}
+
+// The host tier's segment: positions [0, dense) read from a dense copy (a layer ring
+// slot) instead of the pool must give the same bits as the all-in-pool prefix, with the
+// pool's copies of those positions poisoned so a stray read would show; for a dense
+// length on and off a block boundary, and in a batch beside an all-in-pool window.
+TEST(Attention, DenseSegmentMatchesAllInPoolBitForBit) {
+  Fixture f(45, 11), other(19, 3);
+  for (int32_t start : {8, 29, 44}) {
+    for (int32_t dense : {0, 1, 4, 7, 8, start}) {
+      if (dense > start) continue;
+      const int32_t n = f.total - start;
+      std::vector<float> want(static_cast<size_t>(n * f.q_dim)), got(want.size()), ref_want(want.size()),
+          ref_got(want.size()), other_out(static_cast<size_t>(other.total * other.q_dim));
+      AttentionWindow pooled = f.window(start, n, want.data());
+      attention(f.shape, {&pooled, 1});
+
+      Fixture g = f;  // the same tokens; its pool loses positions [0, dense)
+      for (int32_t p = 0; p < dense; ++p) {
+        const int64_t slot = int64_t{g.table[static_cast<size_t>(p / g.block)]} * g.block + p % g.block;
+        std::fill_n(&g.pool_k[static_cast<size_t>(slot * g.kv_dim)], g.kv_dim, NAN);
+        std::fill_n(&g.pool_v[static_cast<size_t>(slot * g.kv_dim)], g.kv_dim, NAN);
+      }
+      AttentionWindow batch[] = {other.window(0, other.total, other_out.data()), g.window(start, n, got.data())};
+      batch[1].prefix.dense_k = f.k.data();  // dense rows [0, dense): the tokens' own K/V
+      batch[1].prefix.dense_v = f.v.data();
+      batch[1].prefix.dense_length = dense;
+      attention(f.shape, batch);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << "start=" << start << " dense=" << dense;
+
+      // The reference reads keys in the same order from the same places.
+      pooled.out = ref_want.data();
+      attention_reference(f.shape, pooled);
+      batch[1].out = ref_got.data();
+      attention_reference(f.shape, batch[1]);
+      ASSERT_EQ(0, std::memcmp(ref_want.data(), ref_got.data(), want.size() * 4)) << "start=" << start;
+    }
+  }
+}
+
+TEST(Attention, RejectsADenseSegmentPastThePrefix) {
+  Fixture f(20);
+  std::vector<float> out(static_cast<size_t>(4 * f.q_dim));
+  AttentionWindow w = f.window(16, 4, out.data());
+  w.prefix.dense_k = f.k.data();
+  w.prefix.dense_v = f.v.data();
+  w.prefix.dense_length = 17;
+  EXPECT_THROW(attention(f.shape, {&w, 1}), std::exception);
+  w.prefix.dense_length = 4;
+  w.prefix.dense_v = nullptr;
+  EXPECT_THROW(attention(f.shape, {&w, 1}), std::exception);
 }
 
 TEST(Attention, RejectsUnsupportedShapes) {
