@@ -63,8 +63,13 @@ void KvStore::release_blocks_from(Sequence& seq, size_t first_index) {
   // Deepest block first: it lands at the old end of the LRU list and is evicted before
   // its parents, whose loss would make it unreachable anyway.
   while (seq.table.size() > first_index) {
-    pool_.release(seq.table.back());
+    if (seq.table.back() != kOnHost) pool_.release(seq.table.back());
     seq.table.pop_back();
+  }
+  // Host blocks past the table (truncate releases those itself first; release here).
+  while (seq.host.size() > seq.table.size()) {
+    host_->release(seq.host.back());
+    seq.host.pop_back();
   }
 }
 
@@ -177,6 +182,27 @@ void KvStore::truncate(SeqId seq, int32_t new_length) {
          "truncate: KV sequence {} has {} committed tokens, cannot truncate to {}", seq,
          s.tokens.size(), new_length);
   const size_t block_size = static_cast<size_t>(config_.block_size);
+  const size_t keep_host = static_cast<size_t>(new_length) / block_size;  // host blocks still full
+  if (keep_host < s.host.size()) {
+    // Rollback below the host boundary. A host block that new_length ends inside is
+    // written again from new_length on: it comes back to a private pool block.
+    const bool partial = static_cast<size_t>(new_length) % block_size != 0;
+    if (partial && pool_.available() < 1)
+      fail(ErrorCode::out_of_capacity,
+           "out of KV blocks: truncating sequence {} to {} brings host block {} back to the pool, but 0 of {} "
+           "pool blocks are free",
+           seq, new_length, keep_host, pool_.num_blocks());
+    if (partial) {
+      const int32_t block = take_block();
+      copy_to_pool(s.host[keep_host], block);
+      s.table[keep_host] = block;
+    }
+    while (s.host.size() > keep_host) {
+      host_->release(s.host.back());
+      s.host.pop_back();
+    }
+    // The table's host entries past new_length are dropped below.
+  }
   s.tokens.resize(static_cast<size_t>(new_length));
   s.chain.resize(std::min(s.chain.size(), s.tokens.size() / block_size));
   s.reserved = new_length;
@@ -184,6 +210,8 @@ void KvStore::truncate(SeqId seq, int32_t new_length) {
   // its start needs no allocation for it (unless it must copy a shared block).
   release_blocks_from(s,
                       static_cast<size_t>(ceil_div(std::max(new_length, 1), config_.block_size)));
+  // A first block that was on the host has no pool block to keep.
+  if (s.table.size() == 1 && s.table.front() == kOnHost && s.host.empty()) s.table.clear();
 }
 
 void KvStore::release(SeqId seq) {
@@ -200,13 +228,116 @@ std::span<const int32_t> KvStore::tokens(SeqId seq) const { return at(seq).token
 int32_t KvStore::free_blocks() const { return pool_.available(); }
 size_t KvStore::num_sequences() const { return sequences_.size(); }
 
+KvOccupancy KvStore::occupancy() const {
+  KvOccupancy o{free_blocks(), total_blocks(), num_sequences()};
+  if (host_) {
+    o.host_free_blocks = host_->free_blocks();
+    o.host_total_blocks = host_->total_blocks();
+  }
+  return o;
+}
+
 int64_t KvStore::slot(SeqId seq, int32_t pos) const {
   const Sequence& s = at(seq);
-  if (pos < 0 || pos >= s.reserved)
-    fail(ErrorCode::invalid_argument, "slot: position {} of KV sequence {} is outside [0, {})", pos,
-         seq, s.reserved);
   const int32_t block_size = config_.block_size;
+  const auto host_end = static_cast<int32_t>(s.host.size()) * block_size;
+  if (pos < host_end || pos >= s.reserved)
+    fail(ErrorCode::invalid_argument, "slot: position {} of KV sequence {} is outside its pool positions [{}, {})",
+         pos, seq, host_end, s.reserved);
   return int64_t{s.table[static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size;
+}
+
+}  // namespace specpipe
+
+// ---- host tier -------------------------------------------------------------------
+
+namespace specpipe {
+
+void KvStore::attach_host_tier(std::unique_ptr<HostKvTier> tier, HostTierCopier copier) {
+  if (!tier) fail(ErrorCode::invalid_argument, "attach_host_tier: no tier");
+  const HostTierLayout& l = tier->layout();
+  if (l.num_layers != config_.num_layers || l.num_kv_heads != config_.num_kv_heads ||
+      l.head_dim != config_.head_dim || l.block_size != config_.block_size)
+    fail(ErrorCode::invalid_argument,
+         "attach_host_tier: the host tier's layout (layers {}, kv_heads {}, head_dim {}, block_size {}) differs "
+         "from the pool's ({}, {}, {}, {})",
+         l.num_layers, l.num_kv_heads, l.head_dim, l.block_size, config_.num_layers, config_.num_kv_heads,
+         config_.head_dim, config_.block_size);
+  if (!sequences_.empty())
+    fail(ErrorCode::invalid_argument, "attach_host_tier: {} sequences are live", sequences_.size());
+  if (!config_.host_tensors && (!copier.to_host || !copier.to_pool))
+    fail(ErrorCode::invalid_argument,
+         "attach_host_tier: a store without host tensors needs a copier both ways (its pool is on a device)");
+  host_ = std::move(tier);
+  host_copier_ = config_.host_tensors ? HostTierCopier{} : std::move(copier);
+}
+
+int32_t KvStore::host_blocks(SeqId seq) const { return static_cast<int32_t>(at(seq).host.size()); }
+
+std::span<const int32_t> KvStore::host_block_table(SeqId seq) const { return at(seq).host; }
+
+int32_t KvStore::offloadable_blocks(SeqId seq) const {
+  const Sequence& s = at(seq);
+  return static_cast<int32_t>(s.tokens.size() / static_cast<size_t>(config_.block_size) - s.host.size());
+}
+
+int32_t KvStore::blocks_freed_by_offload(SeqId seq, int32_t blocks) const {
+  const Sequence& s = at(seq);
+  const int32_t n = std::clamp(blocks, 0, offloadable_blocks(seq));
+  int32_t freed = 0;
+  for (size_t i = s.host.size(); i < s.host.size() + static_cast<size_t>(n); ++i)
+    freed += pool_.ref_count(s.table[i]) == 1 ? 1 : 0;
+  return freed;
+}
+
+void KvStore::copy_to_host(int32_t pool_block, int32_t host_block) {
+  if (host_copier_.to_host) return host_copier_.to_host(pool_block, host_block);
+  const int64_t floats = host_->block_floats();
+  for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+    std::copy_n(tensors_.k(layer) + pool_block * floats, floats, host_->k(layer) + host_block * floats);
+    std::copy_n(tensors_.v(layer) + pool_block * floats, floats, host_->v(layer) + host_block * floats);
+  }
+}
+
+void KvStore::copy_to_pool(int32_t host_block, int32_t pool_block) {
+  if (host_copier_.to_pool) host_copier_.to_pool(host_block, pool_block);
+  else {
+    const int64_t floats = host_->block_floats();
+    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+      std::copy_n(host_->k(layer) + host_block * floats, floats, tensors_.k(layer) + pool_block * floats);
+      std::copy_n(host_->v(layer) + host_block * floats, floats, tensors_.v(layer) + pool_block * floats);
+    }
+  }
+  ++offload_stats_.blocks_to_pool;
+  offload_stats_.bytes_to_pool += host_->block_bytes();
+}
+
+int64_t KvStore::offload_prefix(SeqId seq, int32_t blocks) {
+  Sequence& s = at(seq);
+  if (!host_) fail(ErrorCode::invalid_argument, "offload: KV sequence {}: the store has no host tier", seq);
+  const int32_t offloadable = offloadable_blocks(seq);
+  if (blocks < 0 || blocks > offloadable)
+    fail(ErrorCode::invalid_argument, "offload: KV sequence {} has {} full committed blocks in the pool, not {}", seq,
+         offloadable, blocks);
+  if (blocks > host_->free_blocks())
+    fail(ErrorCode::out_of_capacity, "out of KV host tier blocks: sequence {} offloads {} blocks but {} of {} are free",
+         seq, blocks, host_->free_blocks(), host_->total_blocks());
+  // From here on nothing can fail: the host tier has the blocks.
+  const size_t first = s.host.size();
+  for (size_t i = first; i < first + static_cast<size_t>(blocks); ++i) {
+    const int32_t host_block = host_->allocate();
+    copy_to_host(s.table[i], host_block);
+    s.host.push_back(host_block);
+  }
+  // Released deepest first (the LRU order release_blocks_from keeps).
+  for (size_t i = first + static_cast<size_t>(blocks); i-- > first;) {
+    pool_.release(s.table[i]);
+    s.table[i] = kOnHost;
+  }
+  const int64_t bytes = int64_t{blocks} * host_->block_bytes();
+  offload_stats_.blocks_to_host += blocks;
+  offload_stats_.bytes_to_host += bytes;
+  return bytes;
 }
 
 }  // namespace specpipe

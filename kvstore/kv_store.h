@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kvstore/block_pool.h"
+#include "kvstore/host_tier.h"
 #include "kvstore/kv_tensors.h"
 #include "kvstore/prefix_cache.h"
 
@@ -39,6 +40,23 @@ struct KvStoreConfig {
 /// device model queues it in front of its next forward: model/forward_model.h).
 using BlockCopier = std::function<void(int32_t src, int32_t dst)>;
 
+/// Moves one whole block (every layer, K and V) between the pool and the host tier where
+/// the pool lives, for a store without host tensors: its device model queues the copies
+/// on its copy stream. to_host must have read the pool block before the pool block is
+/// written again, and to_pool must land before the next forward reads the pool block.
+struct HostTierCopier {
+  std::function<void(int32_t pool_block, int32_t host_block)> to_host;
+  std::function<void(int32_t host_block, int32_t pool_block)> to_pool;
+};
+
+/// Traffic between the pool and the host tier (ARCHITECTURE.md section 10).
+struct OffloadStats {
+  int64_t blocks_to_host = 0;
+  int64_t bytes_to_host = 0;
+  int64_t blocks_to_pool = 0;  ///< brought back by a truncate below the host boundary
+  int64_t bytes_to_pool = 0;
+};
+
 /// Sequence ids are handed out 0, 1, 2, ... and never reused.
 using SeqId = int64_t;
 
@@ -47,6 +65,8 @@ struct KvOccupancy {
   int32_t free_blocks = 0;  ///< free + evictable cached
   int32_t total_blocks = 0;
   size_t sequences = 0;
+  int32_t host_free_blocks = 0;   ///< host tier (offload); 0 and 0 without one
+  int32_t host_total_blocks = 0;
   bool operator==(const KvOccupancy&) const = default;
 };
 
@@ -84,6 +104,10 @@ class KvStore {
   /// Shrinks the sequence to `new_length` committed tokens (<= length) and releases
   /// every block beyond what [0, max(new_length, 1)) needs, including reserved blocks
   /// that were never committed. Never zeroes memory. reserved(seq) becomes new_length.
+  /// Below the host boundary (rollback into offloaded blocks) the host blocks past
+  /// new_length go back to the host tier, and a host block new_length ends inside comes
+  /// back to a pool block (it becomes writable again): that one allocation may throw
+  /// Error(out_of_capacity), changing nothing.
   void truncate(SeqId seq, int32_t new_length);
 
   /// Releases every block of the sequence; the id becomes invalid.
@@ -97,7 +121,8 @@ class KvStore {
   /// reserved(seq) needs: truncate keeps the first block of a sequence.
   std::span<const int32_t> block_table(SeqId seq) const;
   std::span<const int32_t> tokens(SeqId seq) const;  ///< committed token ids
-  /// slot(pos) = table[pos / B] * B + pos % B; pos must be < reserved(seq).
+  /// slot(pos) = table[pos / B] * B + pos % B; pos must be < reserved(seq) and in the
+  /// pool (not below the host boundary).
   int64_t slot(SeqId seq, int32_t pos) const;
 
   /// Blocks a reserve(seq, new_length) would take from the pool.
@@ -106,7 +131,36 @@ class KvStore {
   int32_t total_blocks() const { return config_.num_blocks; }
   int64_t capacity_tokens() const { return int64_t{config_.num_blocks} * config_.block_size; }
   size_t num_sequences() const;
-  KvOccupancy occupancy() const { return {free_blocks(), total_blocks(), num_sequences()}; }
+  KvOccupancy occupancy() const;
+
+  // ---- host tier (offload): kvstore/README.md, "Host tier" ----------------------
+
+  /// Block-table entry of a block whose K/V live on the host tier.
+  static constexpr int32_t kOnHost = -1;
+  /// Gives the store a host tier of the same layout (num_layers, kv_heads, head_dim,
+  /// block_size; else Error(invalid_argument)). A store without host tensors needs a
+  /// copier with both directions. Only while no sequence is live.
+  void attach_host_tier(std::unique_ptr<HostKvTier> tier, HostTierCopier copier = {});
+  const HostKvTier* host_tier() const { return host_.get(); }
+  /// h: the sequence's positions [0, h * B) live on the host tier (block_table entries
+  /// [0, h) are kOnHost), the rest in the pool.
+  int32_t host_blocks(SeqId seq) const;
+  /// The host tier blocks of positions [0, host_blocks * B), in position order.
+  std::span<const int32_t> host_block_table(SeqId seq) const;
+  /// Full committed blocks still in the pool: what offload_prefix may move.
+  int32_t offloadable_blocks(SeqId seq) const;
+  /// Pool blocks that moving `blocks` of the sequence's offloadable blocks would free
+  /// (a block another sequence shares stays in the pool).
+  int32_t blocks_freed_by_offload(SeqId seq, int32_t blocks) const;
+  /// Moves the sequence's oldest `blocks` full committed pool blocks (the first ones
+  /// after those already on the host) to the host tier: K/V copied, the pool block
+  /// released (a cached block stays in the prefix cache as an evictable pool block; its
+  /// K/V are intact there). Those positions are committed and read-only, so nothing
+  /// writes them again. All or nothing: Error(invalid_argument) without a host tier or
+  /// for more blocks than offloadable_blocks, Error(out_of_capacity) when the host tier
+  /// has fewer free blocks. Returns the bytes moved.
+  int64_t offload_prefix(SeqId seq, int32_t blocks);
+  OffloadStats offload_stats() const { return offload_stats_; }
 
   KvTensors& tensors() { return tensors_; }
   const KvTensors& tensors() const { return tensors_; }
@@ -125,12 +179,17 @@ class KvStore {
   const Sequence& at(SeqId seq) const;
   int32_t take_block();  // allocate(), dropping an evicted block's hash from the cache
   void release_blocks_from(Sequence& seq, size_t first_index);
+  void copy_to_host(int32_t pool_block, int32_t host_block);
+  void copy_to_pool(int32_t host_block, int32_t pool_block);
 
   KvStoreConfig config_;
   BlockPool pool_;
   PrefixCache prefix_cache_;
   KvTensors tensors_;
   BlockCopier copier_;  // host_tensors off: copy-on-write goes through it
+  std::unique_ptr<HostKvTier> host_;  // the host tier, if offload is on
+  HostTierCopier host_copier_;        // host_tensors off: pool <-> host copies go through it
+  OffloadStats offload_stats_;
   std::unordered_map<SeqId, std::unique_ptr<Sequence>> sequences_;  // live ones only
   SeqId next_id_ = 0;
 };

@@ -1,5 +1,6 @@
 // KvStore::check_invariants: the invariants of kvstore/README.md, recomputed from the
 // block tables alone and compared with what the pool and the cache believe.
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -21,6 +22,7 @@ void KvStore::check_invariants() const {
   const int32_t block_size = config_.block_size;
   const int32_t num_blocks = pool_.num_blocks();
   std::vector<int32_t> holders(static_cast<size_t>(num_blocks), 0);
+  std::unordered_map<int32_t, int32_t> host_holders;
 
   for (const auto& [id, seq_ptr] : sequences_) {
     const Sequence& seq = *seq_ptr;
@@ -33,9 +35,27 @@ void KvStore::check_invariants() const {
     if (held != need && !(seq.reserved == 0 && held == 1))
       broken("sequence {} holds {} blocks for {} reserved positions", id, held, seq.reserved);
 
-    for (int32_t block : seq.table) {
+    // Host tier: the first host.size() entries are kOnHost, their K/V full committed
+    // blocks on the host; every later entry is a pool block.
+    const auto on_host = static_cast<int64_t>(seq.host.size());
+    if (on_host > 0 && !host_) broken("sequence {} has {} host blocks but the store has no host tier", id, on_host);
+    if (on_host * block_size > length)
+      broken("sequence {} has {} host blocks but only {} committed tokens", id, on_host, length);
+    if (on_host > held)
+      broken("sequence {} has {} host blocks and a table of {}", id, on_host, held);
+    for (int64_t i = 0; i < held; ++i) {
+      const int32_t block = seq.table[static_cast<size_t>(i)];
+      if ((i < on_host) != (block == kOnHost))
+        broken("sequence {} block {} is {} but the host boundary is block {}", id, i,
+               block == kOnHost ? "on the host" : "in the pool", on_host);
+      if (block == kOnHost) continue;
       if (block < 0 || block >= num_blocks) broken("sequence {} holds block {}", id, block);
       ++holders[static_cast<size_t>(block)];
+    }
+    for (int32_t block : seq.host) {
+      if (block < 0 || block >= host_->total_blocks() || !host_->in_use(block))
+        broken("sequence {} holds host block {}, which is not in use", id, block);
+      if (++host_holders[block] > 1) broken("host block {} is held twice", block);
     }
     // Positions that may still be written must be in blocks nobody else can see.
     for (int64_t i = length / block_size; length < seq.reserved && i * block_size < seq.reserved;
@@ -53,10 +73,11 @@ void KvStore::check_invariants() const {
       const uint64_t hash = PrefixCache::chain_hash(
           parent, std::span<const int32_t>(seq.tokens).subspan(i * block_size, block_size));
       if (hash != seq.chain[i]) broken("sequence {} block {} has a stale chain hash", id, i);
+      parent = hash;
+      if (seq.table[i] == kOnHost) continue;
       const std::optional<uint64_t> cached = pool_.hash(seq.table[i]);
       if (cached && *cached != hash)
         broken("sequence {} block {} is cached under another prefix", id, i);
-      parent = hash;
     }
   }
 
@@ -77,6 +98,9 @@ void KvStore::check_invariants() const {
   if (free != pool_.num_free() || evictable != pool_.num_evictable())
     broken("pool counts {} free and {} evictable blocks, the tables say {} and {}",
            pool_.num_free(), pool_.num_evictable(), free, evictable);
+  if (host_ && static_cast<int32_t>(host_holders.size()) != host_->used_blocks())
+    broken("the host tier has {} blocks in use but the sequences hold {}", host_->used_blocks(),
+           host_holders.size());
   if (hashed != prefix_cache_.size())
     broken("the prefix cache has {} entries but {} blocks are hashed", prefix_cache_.size(),
            hashed);

@@ -1,0 +1,87 @@
+#pragma once
+/// The host tier of the KV store (ARCHITECTURE.md section 5, "Host tier"): host memory
+/// paged like the pool, holding the oldest full committed blocks of long sequences
+/// when the pool fills. Per layer, K and V are float32
+/// [host_blocks, block_size, kv_heads, head_dim], the layout of KvTensors, so a block
+/// moves between the tiers as one contiguous copy per layer and K/V.
+///
+/// Its blocks are counted by a BlockPool of their own (free list only: host blocks are
+/// never hashed or shared). Not thread-safe: the KvStore that owns it is mutated by one
+/// owner (the KV-router); a forward's layer ring only reads it, while no mutation runs.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kvstore/block_pool.h"
+
+namespace specpipe {
+
+/// Where a host tier's memory comes from. The CPU backend takes plain pages; a CUDA
+/// backend gives pinned memory (cudaHostAlloc), which its copy streams need to copy
+/// asynchronously.
+class HostMemoryAllocator {
+ public:
+  virtual ~HostMemoryAllocator() = default;
+  /// `bytes` of memory aligned to 64 bytes, or nullptr when the system has none left
+  /// (never throws). Contents undefined.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void release(void* memory, size_t bytes) = 0;
+};
+
+/// The CPU backend's allocator (std::aligned_alloc: pages are only touched when used).
+HostMemoryAllocator& default_host_allocator();
+
+struct HostTierLayout {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 16;
+};
+
+class HostKvTier {
+ public:
+  /// As many blocks as `bytes` holds (K and V of every layer per block). Throws
+  /// Error(invalid_argument) naming the field for a layout size < 1 or a budget that
+  /// holds no block ("host_bytes: 1000 bytes hold no KV block of 131072 bytes"), and
+  /// Error(out_of_capacity) when the allocator has no memory; nothing stays allocated
+  /// then. `allocator` (default: default_host_allocator()) must outlive the tier.
+  HostKvTier(const HostTierLayout& layout, int64_t bytes, HostMemoryAllocator* allocator = nullptr);
+  ~HostKvTier();
+  HostKvTier(const HostKvTier&) = delete;
+  HostKvTier& operator=(const HostKvTier&) = delete;
+
+  const HostTierLayout& layout() const { return layout_; }
+  /// Bytes of one block: K and V of every layer.
+  static int64_t block_bytes(const HostTierLayout& layout);
+  int64_t block_bytes() const { return block_bytes(layout_); }
+  int64_t bytes() const { return int64_t{total_blocks()} * block_bytes(); }  ///< what it holds
+  int64_t slot_stride() const { return int64_t{layout_.num_kv_heads} * layout_.head_dim; }
+
+  int32_t total_blocks() const { return blocks_.num_blocks(); }
+  int32_t free_blocks() const { return blocks_.available(); }
+  int32_t used_blocks() const { return blocks_.num_used(); }
+  /// Takes a free block; Error(out_of_capacity) when none is left.
+  int32_t allocate();
+  /// Returns a block taken by allocate().
+  void release(int32_t block);
+  bool in_use(int32_t block) const { return blocks_.ref_count(block) > 0; }
+
+  /// K / V of `layer`: [total_blocks, block_size, kv_heads, head_dim]; slot s of a
+  /// block b starts at k(layer) + (b * block_size + s) * slot_stride().
+  float* k(int32_t layer) { return layer_base(layer, 0); }
+  float* v(int32_t layer) { return layer_base(layer, 1); }
+  const float* k(int32_t layer) const { return const_cast<HostKvTier*>(this)->layer_base(layer, 0); }
+  const float* v(int32_t layer) const { return const_cast<HostKvTier*>(this)->layer_base(layer, 1); }
+  int64_t block_floats() const { return int64_t{layout_.block_size} * slot_stride(); }  ///< one layer's K (or V)
+
+ private:
+  float* layer_base(int32_t layer, int32_t which);
+
+  HostTierLayout layout_;
+  BlockPool blocks_;
+  HostMemoryAllocator* allocator_;
+  size_t allocated_bytes_ = 0;
+  float* memory_ = nullptr;  // [layers][K, V][blocks, block_size, kv_heads, head_dim]
+};
+
+}  // namespace specpipe

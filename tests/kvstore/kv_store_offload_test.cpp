@@ -1,0 +1,215 @@
+// KvStore with a host tier: offload_prefix moves the oldest full committed blocks to the
+// host (data and books), truncate below the host boundary, release, the prefix cache,
+// the invariants and the error cases.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kv_pattern.h"
+#include "kvstore/kv_store.h"
+
+namespace specpipe::offload_test {
+
+using kv_test::pattern_value;
+using kv_test::prefix_keys;
+using kv_test::tokens_from;
+using kv_test::write_positions;
+
+constexpr int32_t kBlock = 4;
+
+KvStoreConfig config_with(int32_t num_blocks, bool prefix_cache = true) {
+  KvStoreConfig c;
+  c.num_layers = 2;
+  c.num_kv_heads = 2;
+  c.head_dim = 3;
+  c.block_size = kBlock;
+  c.num_blocks = num_blocks;
+  c.prefix_cache = prefix_cache;
+  return c;
+}
+
+KvStore store_with(int32_t pool_blocks, int32_t host_blocks, bool prefix_cache = true) {
+  KvStore store(config_with(pool_blocks, prefix_cache));
+  const HostTierLayout l{2, 2, 3, kBlock};
+  store.attach_host_tier(std::make_unique<HostKvTier>(l, host_blocks * HostKvTier::block_bytes(l)));
+  return store;
+}
+
+/// Where position `pos` of `seq` lives, on the host or in the pool, holds key's pattern.
+::testing::AssertionResult holds(const KvStore& store, SeqId seq, const std::vector<uint64_t>& keys) {
+  const int64_t stride = store.tensors().slot_stride();
+  const int32_t host_end = store.host_blocks(seq) * kBlock;
+  for (int32_t pos = 0; pos < static_cast<int32_t>(keys.size()); ++pos)
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      const float *k, *v;
+      int64_t slot;
+      if (pos < host_end) {
+        slot = int64_t{store.host_block_table(seq)[static_cast<size_t>(pos / kBlock)]} * kBlock + pos % kBlock;
+        k = store.host_tier()->k(layer);
+        v = store.host_tier()->v(layer);
+      } else {
+        slot = store.slot(seq, pos);
+        k = store.tensors().k(layer);
+        v = store.tensors().v(layer);
+      }
+      for (int64_t e = 0; e < stride; ++e)
+        if (k[slot * stride + e] != pattern_value(keys[static_cast<size_t>(pos)], layer, 0, e) ||
+            v[slot * stride + e] != pattern_value(keys[static_cast<size_t>(pos)], layer, 1, e))
+          return ::testing::AssertionFailure() << "position " << pos << " layer " << layer << " (host end "
+                                               << host_end << ")";
+    }
+  return ::testing::AssertionSuccess();
+}
+
+/// A sequence of `n` committed tokens with their patterns written.
+SeqId committed(KvStore& store, const std::vector<int32_t>& tokens) {
+  const SeqId seq = store.add_sequence({});
+  store.reserve(seq, static_cast<int32_t>(tokens.size()));
+  write_positions(store, seq, 0, prefix_keys(tokens));
+  store.commit(seq, tokens);
+  return seq;
+}
+
+TEST(KvStoreOffload, MovesTheOldestFullBlocksWithTheirData) {
+  for (bool cache : {false, true}) {
+    KvStore store = store_with(8, 8, cache);
+    const auto tokens = tokens_from(100, 18);  // 4 full blocks and 2 tokens
+    const SeqId seq = committed(store, tokens);
+    EXPECT_EQ(store.offloadable_blocks(seq), 4);
+    EXPECT_EQ(store.free_blocks(), 3);
+    EXPECT_EQ(store.blocks_freed_by_offload(seq, 3), 3);
+    EXPECT_EQ(store.offload_prefix(seq, 3), 3 * HostKvTier::block_bytes({2, 2, 3, kBlock}));
+    store.check_invariants();
+    EXPECT_EQ(store.host_blocks(seq), 3);
+    EXPECT_EQ(store.offloadable_blocks(seq), 1);
+    EXPECT_EQ(store.free_blocks(), 6);  // cached ones count as evictable
+    EXPECT_EQ(store.block_table(seq)[0], KvStore::kOnHost);
+    EXPECT_EQ(store.block_table(seq)[2], KvStore::kOnHost);
+    EXPECT_NE(store.block_table(seq)[3], KvStore::kOnHost);
+    EXPECT_TRUE(holds(store, seq, prefix_keys(tokens)));
+    EXPECT_THROW(store.slot(seq, 11), Error);  // on the host
+    EXPECT_EQ(store.slot(seq, 12) / kBlock, store.block_table(seq)[3]);
+    EXPECT_EQ(store.offload_stats().blocks_to_host, 3);
+
+    // It keeps growing in the pool; later blocks go to the host after the first three.
+    store.reserve(seq, 26);
+    auto more = tokens_from(200, 8);
+    auto all = tokens;
+    all.insert(all.end(), more.begin(), more.end());
+    const auto all_keys = prefix_keys(all);
+    write_positions(store, seq, 18, std::span(all_keys).subspan(18));
+    store.commit(seq, more);
+    store.offload_prefix(seq, 2);
+    store.check_invariants();
+    EXPECT_EQ(store.host_blocks(seq), 5);
+    EXPECT_TRUE(holds(store, seq, prefix_keys(all)));
+    store.release(seq);
+    store.check_invariants();
+    EXPECT_EQ(store.free_blocks(), store.total_blocks());
+    EXPECT_EQ(store.host_tier()->free_blocks(), 8);
+  }
+}
+
+TEST(KvStoreOffload, TruncateBelowTheHostBoundaryBringsThePartialBlockBack) {
+  KvStore store = store_with(8, 8);
+  const auto tokens = tokens_from(7, 20);
+  const auto keys = prefix_keys(tokens);
+  for (int32_t to : {0, 3, 4, 9, 12, 13}) {
+    const SeqId seq = committed(store, tokens);
+    store.offload_prefix(seq, 4);  // positions [0, 16) on the host
+    store.truncate(seq, to);
+    store.check_invariants();
+    EXPECT_EQ(store.length(seq), to);
+    EXPECT_EQ(store.host_blocks(seq), to / kBlock) << to;
+    EXPECT_TRUE(holds(store, seq, std::vector<uint64_t>(keys.begin(), keys.begin() + to))) << to;
+    // Writable again from `to` on, and the rest recomputed gives the same store.
+    store.reserve(seq, 20);
+    store.check_invariants();
+    write_positions(store, seq, to, std::span(keys).subspan(static_cast<size_t>(to)));
+    store.commit(seq, std::span(tokens).subspan(static_cast<size_t>(to)));
+    EXPECT_TRUE(holds(store, seq, keys)) << to;
+    store.release(seq);
+    store.check_invariants();
+    EXPECT_EQ(store.host_tier()->free_blocks(), 8);
+  }
+  EXPECT_GT(store.offload_stats().blocks_to_pool, 0);
+}
+
+TEST(KvStoreOffload, TruncateThatNeedsAPoolBlockWhenNoneIsFreeChangesNothing) {
+  KvStore store = store_with(5, 8, /*prefix_cache=*/false);
+  const SeqId seq = committed(store, tokens_from(1, 20));  // 5 blocks: the pool is full
+  store.offload_prefix(seq, 4);
+  const SeqId other = committed(store, tokens_from(50, 16));  // takes the 4 freed blocks
+  EXPECT_EQ(store.free_blocks(), 0);
+  try {
+    store.truncate(seq, 6);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::out_of_capacity);
+  }
+  store.check_invariants();
+  EXPECT_EQ(store.length(seq), 20);
+  EXPECT_EQ(store.host_blocks(seq), 4);
+  store.truncate(seq, 8);  // on a block boundary: no pool block needed
+  store.check_invariants();
+  store.release(seq);
+  store.release(other);
+  store.check_invariants();
+}
+
+TEST(KvStoreOffload, ErrorsChangeNothing) {
+  KvStore plain(config_with(8));
+  const SeqId p = committed(plain, tokens_from(1, 8));
+  EXPECT_THROW(plain.offload_prefix(p, 1), Error);  // no host tier
+
+  KvStore store = store_with(8, 2);
+  const SeqId seq = committed(store, tokens_from(1, 14));
+  try {
+    store.offload_prefix(seq, 4);  // 3 full blocks only
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  }
+  try {
+    store.offload_prefix(seq, 3);  // the host holds 2
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::out_of_capacity);
+    EXPECT_NE(std::string(e.what()).find("host tier"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.host_blocks(seq), 0);
+  store.check_invariants();
+
+  // A layout that differs, or live sequences, refuse a tier.
+  KvStore fresh(config_with(8));
+  EXPECT_THROW(fresh.attach_host_tier(std::make_unique<HostKvTier>(HostTierLayout{2, 2, 3, 8}, 1 << 16)), Error);
+  EXPECT_THROW(store.attach_host_tier(std::make_unique<HostKvTier>(HostTierLayout{2, 2, 3, kBlock}, 1 << 16)),
+               Error);
+}
+
+// An offloaded block that was cached stays in the prefix cache as an evictable pool
+// block: a new request with the same prefix reuses it, and the K/V there are intact.
+TEST(KvStoreOffload, OffloadedCachedBlocksStayReusableInThePool) {
+  KvStore store = store_with(8, 8);
+  const auto tokens = tokens_from(30, 13);
+  const SeqId seq = committed(store, tokens);
+  store.offload_prefix(seq, 3);
+  store.check_invariants();
+  int32_t cached = 0;
+  const SeqId again = store.add_sequence(tokens, &cached);
+  EXPECT_EQ(cached, 12);
+  EXPECT_EQ(store.host_blocks(again), 0);
+  const auto keys = prefix_keys(tokens);
+  EXPECT_TRUE(holds(store, again, std::vector<uint64_t>(keys.begin(), keys.begin() + 12)));
+  store.check_invariants();
+  store.release(again);
+  store.release(seq);
+  store.check_invariants();
+  EXPECT_EQ(store.occupancy().host_free_blocks, 8);
+  EXPECT_EQ(store.occupancy().host_total_blocks, 8);
+}
+
+}  // namespace specpipe::offload_test
