@@ -228,6 +228,14 @@ std::span<const int32_t> KvStore::tokens(SeqId seq) const { return at(seq).token
 int32_t KvStore::free_blocks() const { return pool_.available(); }
 size_t KvStore::num_sequences() const { return sequences_.size(); }
 
+std::vector<SeqId> KvStore::sequence_ids() const {
+  std::vector<SeqId> ids;
+  ids.reserve(sequences_.size());
+  for (const auto& entry : sequences_) ids.push_back(entry.first);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 KvOccupancy KvStore::occupancy() const {
   KvOccupancy o{free_blocks(), total_blocks(), num_sequences()};
   if (host_) {

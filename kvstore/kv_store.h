@@ -131,6 +131,7 @@ class KvStore {
   int32_t total_blocks() const { return config_.num_blocks; }
   int64_t capacity_tokens() const { return int64_t{config_.num_blocks} * config_.block_size; }
   size_t num_sequences() const;
+  std::vector<SeqId> sequence_ids() const;  ///< the live sequences, ascending
   KvOccupancy occupancy() const;
 
   // ---- host tier (offload): kvstore/README.md, "Host tier" ----------------------

@@ -102,6 +102,13 @@ std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const
   return starts;
 }
 
+void ForwardModel::enable_layer_ring(int32_t slots) {
+  fail(ErrorCode::unsupported,
+       "offload: the {} forward does not stream host-tier K/V yet (a layer ring of {} slots was asked for; the CPU "
+       "backend has it)",
+       device().to_string(), slots);
+}
+
 void ForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                         KvWriteSink& sink, std::vector<int32_t>& ids) {
   if (steps < 1) fail(ErrorCode::invalid_argument, "forward: a greedy chain of {} steps", steps);

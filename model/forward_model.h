@@ -19,6 +19,7 @@
 #include "core/device.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/kv_write_sink.h"
+#include "kvstore/layer_ring.h"
 #include "model/config.h"
 
 namespace specpipe {
@@ -140,6 +141,15 @@ class ForwardModel {
   int64_t kv_block_bytes(int32_t block_size) const {
     return int64_t{2} * config().num_layers * block_size * config().kv_dim() * static_cast<int64_t>(sizeof(float));
   }
+
+  /// Offload (kvstore/README.md, "Host tier"): from now on the forward streams the
+  /// host-tier K/V of its sequences through a layer ring of `slots` layer slots
+  /// (kvstore/layer_ring.h); slots < 2 is Error(invalid_argument). CPU: the ring's
+  /// copies run on a copy thread. This default (device backends so far) throws
+  /// Error(unsupported): their forward reads the pool only.
+  virtual void enable_layer_ring(int32_t slots);
+  /// The layer ring's counters (zeros without a ring).
+  virtual RingStats ring_stats() const { return {}; }
 
   /// The most tokens (all windows together) one forward takes; callers split larger
   /// work. CPU: no limit.

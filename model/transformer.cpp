@@ -76,7 +76,29 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
                    c.hidden_size, w.tokens, s.x.data() + row * c.hidden_size, c.hidden_size);
     row += static_cast<int64_t>(w.tokens.size());
   }
-  for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, windows, starts, kv, sink);
+  // Sequences with K/V on the host tier: every layer's host part streams through the
+  // ring; a forward that fails half way drains the ring's copies before it returns.
+  LayerRing* ring = nullptr;
+  if (const HostKvTier* tier = kv.host_tier()) {
+    std::vector<std::span<const int32_t>> host_tables;
+    for (const ForwardWindow& w : windows) {
+      host_tables.push_back(kv.host_block_table(w.seq));
+      if (!host_tables.back().empty() && !ring_)
+        fail(ErrorCode::invalid_argument,
+             "CPU forward: sequence {} has K/V on the host tier but the model has no layer ring (enable_layer_ring)",
+             w.seq);
+      if (!host_tables.back().empty()) ring = ring_.get();
+    }
+    if (ring) ring->begin(*tier, host_tables, c.num_layers);
+  }
+  struct RingGuard {
+    LayerRing* ring;
+    ~RingGuard() {
+      if (ring && ring->active()) ring->abandon();
+    }
+  } guard{ring};
+  for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, windows, starts, kv, sink, ring);
+  if (ring) ring->finish();
 
   // Final norm and LM head, only for the rows that need logits.
   std::vector<int32_t> rows_per_window;
@@ -102,9 +124,11 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   cpu::linear(s.h.data(), logit_rows_total, c.hidden_size, c.hidden_size, {&head, 1});
 }
 
+void Transformer::enable_layer_ring(int32_t slots) { ring_ = std::make_unique<LayerRing>(slots); }
+
 void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> windows,
                                 std::span<const int32_t> starts, const KvStore& kv,
-                                KvWriteSink& sink) {
+                                KvWriteSink& sink, LayerRing* ring) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const PackedLayer& pw = packed_[static_cast<size_t>(layer)];
@@ -154,7 +178,20 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
   sink.write_layer(layer, kv_rows);
   const cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                   1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-  cpu::attention(shape, attn);
+  if (ring) {
+    // This layer's host-tier K/V: the dense segment in front of each pool prefix.
+    const RingSlot slot = ring->acquire(layer);
+    for (size_t wi = 0; wi < windows.size(); ++wi) {
+      cpu::PagedPrefix& p = attn[wi].prefix;
+      p.dense_length = kv.host_blocks(windows[wi].seq) * kv.config().block_size;
+      p.dense_k = slot.k + ring->offset(wi) * t.slot_stride();
+      p.dense_v = slot.v + ring->offset(wi) * t.slot_stride();
+    }
+    cpu::attention(shape, attn);
+    ring->release(layer);
+  } else {
+    cpu::attention(shape, attn);
+  }
   // x += o_proj(attn): the residual add is fused into the projection.
   const cpu::LinearTarget o = target(pw.o, w.o_bias, s.x.data(), hidden, true);
   cpu::linear(s.attn.data(), total, qd, qd, {&o, 1});

@@ -31,13 +31,19 @@ class Transformer final : public ForwardModel {
   /// sequence has reserved [start, start + n) in `kv` with start >= its committed
   /// length; positions stay below max_position_embeddings. K/V go to `sink` layer by layer; `kv` is only read.
   /// Not re-entrant: one forward at a time per Transformer (it owns its scratch).
+  /// With host-tier K/V in `kv` (offload), every layer's attention reads them from the
+  /// layer ring (enable_layer_ring first, else Error(invalid_argument)), the same keys in
+  /// the same order as from the pool: the logits are the same bits.
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;
+  void enable_layer_ring(int32_t slots) override;
+  RingStats ring_stats() const override { return ring_ ? ring_->stats() : RingStats{}; }
 
  private:
   struct Scratch;
+  /// `ring`: the open layer ring when some window's sequence has host-tier K/V.
   void layer_forward(int32_t layer, std::span<const ForwardWindow> windows,
-                     std::span<const int32_t> starts, const KvStore& kv, KvWriteSink& sink);
+                     std::span<const int32_t> starts, const KvStore& kv, KvWriteSink& sink, LayerRing* ring);
 
   /// The layer matrices repacked for the CPU GEMM (kernels/cpu/packed_matrix.h).
   struct PackedLayer {
@@ -50,6 +56,7 @@ class Transformer final : public ForwardModel {
   cpu::PackedMatrix lm_head_;
   cpu::RopeTable rope_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<LayerRing> ring_;  // offload: streams host-tier K/V, layer by layer
 };
 
 }  // namespace specpipe

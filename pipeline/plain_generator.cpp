@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "kvstore/offload_policy.h"
 #include "pipeline/prefill.h"
 #include "pipeline/token_selector.h"
 
@@ -65,6 +66,7 @@ GenerationResult PlainGenerator::generate(std::span<const int32_t> prompt,
       result.finish = FinishReason::context;
       break;
     }
+    if (kv_.host_tier()) make_pool_room(kv_, kv_.blocks_needed(seq, length + 1));  // offload: oldest blocks out
     kv_.reserve(seq, length + 1);
     const ForwardWindow window{seq, {&result.tokens.back(), 1}, LogitsMode::last};
     model_.forward({&window, 1}, kv_, writer, logits);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kvstore/offload_policy.h"
 
 namespace specpipe {
 
@@ -11,19 +12,36 @@ void check_fits(const ForwardModel& model, const KvStore& kv, int64_t tokens) {
   if (tokens > positions)
     fail(ErrorCode::out_of_capacity, "prompt of {} tokens is longer than the model's {} positions",
          tokens, positions);
-  if (tokens > kv.capacity_tokens())
+  const int64_t host_tokens = kv.host_tier() ? int64_t{kv.host_tier()->total_blocks()} * kv.config().block_size : 0;
+  if (tokens > kv.capacity_tokens() + host_tokens)
     fail(ErrorCode::out_of_capacity,
-         "prompt of {} tokens exceeds the KV capacity of {} tokens ({} blocks of {})", tokens,
-         kv.capacity_tokens(), kv.total_blocks(), kv.config().block_size);
+         "prompt of {} tokens exceeds the KV capacity of {} tokens ({} blocks of {}{})", tokens,
+         kv.capacity_tokens() + host_tokens, kv.total_blocks(), kv.config().block_size,
+         host_tokens ? fmt::format(" in the pool, {} on the host tier", kv.host_tier()->total_blocks()) : "");
 }
 
 void prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
              int32_t chunk, Logits& last_logits) {
   if (tokens.empty()) fail(ErrorCode::invalid_argument, "prefill: no tokens to compute");
   if (chunk <= 0) fail(ErrorCode::invalid_argument, "prefill: chunk size must be positive");
+  DirectKvWriter writer(kv);
+  if (kv.host_tier()) {
+    // Offload: chunk by chunk, committed as it goes, so that the oldest blocks can move
+    // to the host tier when the pool fills and a prompt may be longer than the pool.
+    for (size_t done = 0; done < tokens.size();) {
+      const auto n = std::min(tokens.size() - done, static_cast<size_t>(chunk));
+      const int32_t end = kv.length(seq) + static_cast<int32_t>(n);
+      make_pool_room(kv, kv.blocks_needed(seq, end));
+      kv.reserve(seq, end);
+      const PrefillItem item{seq, tokens.subspan(done, n)};
+      prefill_windows(model, kv, writer, {&item, 1}, chunk, last_logits);
+      kv.commit(seq, item.tokens);
+      done += n;
+    }
+    return;
+  }
   // Reserve the whole prompt up front so that running out of blocks fails before work.
   kv.reserve(seq, kv.length(seq) + static_cast<int32_t>(tokens.size()));
-  DirectKvWriter writer(kv);
   const PrefillItem item{seq, tokens};
   prefill_windows(model, kv, writer, {&item, 1}, chunk, last_logits);
   kv.commit(seq, tokens);

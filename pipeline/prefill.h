@@ -14,7 +14,11 @@
 namespace specpipe {
 
 /// Prefills `tokens` (the prompt minus what is already committed in `seq`). Throws
-/// Error(out_of_capacity) before any work if the KV store cannot hold them.
+/// Error(out_of_capacity) before any work if the KV store cannot hold them. With a host
+/// tier (offload) it reserves and commits chunk by chunk, moving the oldest blocks to
+/// the host as the pool fills (kvstore/offload_policy.h), so the prompt may be longer
+/// than the pool; running out of both tiers then throws out_of_capacity part way, with
+/// the chunks before it committed.
 void prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
              int32_t chunk, Logits& last_logits);
 
@@ -33,7 +37,7 @@ void prefill_windows(ForwardModel& model, const KvStore& kv, KvWriteSink& sink,
                      std::span<const PrefillItem> items, int32_t chunk, Logits& last_logits);
 
 /// Throws Error(out_of_capacity) with a clear message when `tokens` can never fit in the
-/// KV store or the model's positions, whatever else is running.
+/// KV store (pool and host tier) or the model's positions, whatever else is running.
 void check_fits(const ForwardModel& model, const KvStore& kv, int64_t tokens);
 
 }  // namespace specpipe
