@@ -137,30 +137,73 @@ const FamilyTraits& family_of(const Fields& fields) {
        type);
 }
 
-/// Only plain RoPE is implemented; any scaling scheme (linear, dynamic, yarn, llama3, ...)
-/// changes the frequencies, so it is refused rather than silently ignored.
-void require_default_rope_type(const Fields& rope) {
-  const char* key = rope.find("rope_type") ? "rope_type" : "type";  // "type": older spelling
-  auto type = rope.optional_string(key);
-  if (type && *type != "default")
-    fail(ErrorCode::unsupported, "{}: key '{}' = '{}' is not supported (only 'default' RoPE)",
-         rope.file(), rope.path(key), *type);
+/// `rope_type` (or the older spelling `type`) of a RoPE object: default, linear, llama3 or
+/// yarn. Other schemes (dynamic NTK, longrope, ...) change the frequencies with the
+/// sequence length and are refused rather than silently ignored.
+/// A `rope_parameters` object may carry only the base (no type: default); a `rope_scaling`
+/// object without a type is refused.
+cpu::RopeScaling::Type parse_rope_type(const Fields& rope, bool type_required) {
+  const char* key = rope.find("rope_type") ? "rope_type" : "type";
+  const auto type = rope.optional_string(key);
+  if (!type && !type_required) return cpu::RopeScaling::Type::none;
+  if (!type) fail(ErrorCode::unsupported, "{}: key '{}' missing: the RoPE type", rope.file(), rope.path("rope_type"));
+  if (*type == "default") return cpu::RopeScaling::Type::none;
+  if (*type == "linear") return cpu::RopeScaling::Type::linear;
+  if (*type == "llama3") return cpu::RopeScaling::Type::llama3;
+  if (*type == "yarn") return cpu::RopeScaling::Type::yarn;
+  fail(ErrorCode::unsupported, "{}: key '{}' = '{}' is not supported (default, linear, llama3, yarn)",
+       rope.file(), rope.path(key), *type);
 }
 
-double parse_rope_theta(const Fields& fields) {
-  if (auto scaling = fields.optional_object("rope_scaling")) {
-    if (!scaling->find("rope_type") && !scaling->find("type"))
-      fail(ErrorCode::unsupported, "{}: key 'rope_scaling' is set without a rope_type; only "
-           "unscaled RoPE is supported", fields.file());
-    require_default_rope_type(*scaling);
+double required_positive_number(const Fields& rope, std::string_view key) {
+  rope.required(key);
+  return rope.optional_positive_number(key, 0.0);
+}
+
+/// The scaling keys of one RoPE object, as transformers' initialisers read them
+/// (modeling_rope_utils: which keys each type requires, and their defaults).
+cpu::RopeScaling parse_rope_scaling(const Fields& rope, bool type_required) {
+  cpu::RopeScaling s;
+  s.type = parse_rope_type(rope, type_required);
+  using Type = cpu::RopeScaling::Type;
+  if (s.type == Type::none) return s;
+  s.factor = required_positive_number(rope, "factor");
+  if (s.type == Type::llama3) {
+    s.low_freq_factor = required_positive_number(rope, "low_freq_factor");
+    s.high_freq_factor = required_positive_number(rope, "high_freq_factor");
+    s.original_max_positions = rope.positive_int("original_max_position_embeddings",
+                                                 rope.required("original_max_position_embeddings"));
+    if (!(s.high_freq_factor > s.low_freq_factor))
+      fail(ErrorCode::invalid_argument, "{}: key '{}' = {} must be above '{}' = {}", rope.file(),
+           rope.path("high_freq_factor"), s.high_freq_factor, rope.path("low_freq_factor"), s.low_freq_factor);
   }
-  double theta = fields.optional_positive_number("rope_theta", 10000.0);
-  if (auto params = fields.optional_object("rope_parameters")) {
-    require_default_rope_type(*params);
-    // transformers >= 5 writes the base here and no longer at the top level.
-    theta = params->optional_positive_number("rope_theta", theta);
+  if (s.type == Type::yarn) {
+    s.original_max_positions = rope.optional_positive_int("original_max_position_embeddings", 0);
+    s.beta_fast = rope.optional_positive_number("beta_fast", 32.0);
+    s.beta_slow = rope.optional_positive_number("beta_slow", 1.0);
+    s.attention_factor = rope.optional_positive_number("attention_factor", 0.0);
+    s.mscale = rope.optional_positive_number("mscale", 0.0);
+    s.mscale_all_dim = rope.optional_positive_number("mscale_all_dim", 0.0);
+    s.truncate = rope.optional_bool("truncate", true);
   }
-  return theta;
+  return s;
+}
+
+/// RoPE base and scaling. transformers < 5 writes `rope_theta` and `rope_scaling` at the
+/// top level; transformers >= 5 writes both into `rope_parameters`. A scaling is taken
+/// from whichever object names one; two that both do are refused rather than one ignored.
+void parse_rope(const Fields& fields, ModelConfig& c) {
+  c.rope_theta = fields.optional_positive_number("rope_theta", 10000.0);
+  const auto params = fields.optional_object("rope_parameters");
+  const auto legacy = fields.optional_object("rope_scaling");
+  if (params) c.rope_theta = params->optional_positive_number("rope_theta", c.rope_theta);
+  const cpu::RopeScaling from_params = params ? parse_rope_scaling(*params, false) : cpu::RopeScaling{};
+  const cpu::RopeScaling from_legacy = legacy ? parse_rope_scaling(*legacy, true) : cpu::RopeScaling{};
+  using Type = cpu::RopeScaling::Type;
+  if (from_params.type != Type::none && from_legacy.type != Type::none)
+    fail(ErrorCode::invalid_argument, "{}: keys 'rope_parameters' and 'rope_scaling' both set a RoPE scaling; "
+         "keep one", fields.file());
+  c.rope_scaling = from_params.type != Type::none ? from_params : from_legacy;
 }
 
 /// Sliding-window attention is not implemented: refuse checkpoints that use it.
@@ -273,7 +316,7 @@ ModelConfig ModelConfig::from_dir(const std::filesystem::path& model_dir) {
     fail(ErrorCode::invalid_argument, "{}: head_dim {} is odd; RoPE rotates pairs of dimensions",
          fields.file(), c.head_dim);
 
-  c.rope_theta = parse_rope_theta(fields);
+  parse_rope(fields, c);
   c.rms_norm_eps = static_cast<float>(fields.optional_positive_number("rms_norm_eps", 1e-6));
   c.tie_word_embeddings = fields.optional_bool("tie_word_embeddings", false);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/rope.h"
 
 namespace specpipe {
 
@@ -25,6 +26,8 @@ struct ModelConfig {
   int32_t head_dim = 0;      ///< `head_dim` if given, else hidden_size / num_heads
   int32_t max_position_embeddings = 0;
   double rope_theta = 10000.0;  ///< `rope_theta` or `rope_parameters.rope_theta`
+  /// `rope_scaling` (or `rope_parameters`): linear, llama3 or yarn frequency scaling.
+  cpu::RopeScaling rope_scaling;
   float rms_norm_eps = 1e-6f;
   bool tie_word_embeddings = false;
   bool qk_norm = false;         ///< RMSNorm over head_dim on q and k before RoPE (qwen3)
@@ -43,7 +46,8 @@ struct ModelConfig {
   /// qwen2/qwen3 = 32; head_dim: qwen3 = 128, else hidden_size / num_attention_heads;
   /// max_position_embeddings: llama 2048, qwen 32768; rope_theta 10000; rms_norm_eps 1e-6).
   /// Throws Error naming the file and key: not_found (file or required key missing),
-  /// unsupported (unknown model_type, rope scaling, sliding window, non-SiLU activation,
+  /// unsupported (unknown model_type, RoPE types other than default / linear / llama3 /
+  /// yarn, sliding window, non-SiLU activation,
   /// quantization), invalid_argument (wrong type, out of range or inconsistent sizes),
   /// corrupt_file (not well-formed JSON).
   static ModelConfig from_dir(const std::filesystem::path& model_dir);

@@ -12,6 +12,24 @@
 namespace specpipe {
 namespace {
 
+/// The RoPE scaling as used (null when none), with the attention factor it implies.
+nlohmann::json describe_rope_scaling(const ModelConfig& c) {
+  const cpu::RopeScaling& s = c.rope_scaling;
+  if (s.type == cpu::RopeScaling::Type::none) return nullptr;
+  nlohmann::json out = {{"rope_type", cpu::to_string(s.type)}, {"factor", s.factor}};
+  if (s.original_max_positions > 0) out["original_max_position_embeddings"] = s.original_max_positions;
+  if (s.type == cpu::RopeScaling::Type::llama3) {
+    out["low_freq_factor"] = s.low_freq_factor;
+    out["high_freq_factor"] = s.high_freq_factor;
+  }
+  if (s.type == cpu::RopeScaling::Type::yarn) {
+    out["beta_fast"] = s.beta_fast;
+    out["beta_slow"] = s.beta_slow;
+    out["attention_factor"] = cpu::rope_attention_factor(s);
+  }
+  return out;
+}
+
 nlohmann::json describe_config(const ModelConfig& c) {
   return {
       {"model_type", c.model_type},
@@ -25,6 +43,7 @@ nlohmann::json describe_config(const ModelConfig& c) {
       {"head_dim", c.head_dim},
       {"max_position_embeddings", c.max_position_embeddings},
       {"rope_theta", c.rope_theta},
+      {"rope_scaling", describe_rope_scaling(c)},
       {"rms_norm_eps", c.rms_norm_eps},
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"qk_norm", c.qk_norm},

@@ -39,7 +39,7 @@ Transformer::Transformer(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       lm_head_(pack(weights_.lm_head)),
-      rope_(config_.head_dim, config_.rope_theta, config_.max_position_embeddings),
+      rope_(config_.head_dim, config_.rope_theta, config_.max_position_embeddings, config_.rope_scaling),
       scratch_(std::make_unique<Scratch>()) {
   for (const LayerWeights& l : weights_.layers)
     packed_.push_back({pack(l.q_proj), pack(l.k_proj), pack(l.v_proj), pack(l.o_proj),

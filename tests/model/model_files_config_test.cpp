@@ -230,21 +230,67 @@ TEST(ModelFilesConfig, InconsistentHeads) {
                {"config.json", "hidden_size 16", "num_attention_heads 3"});
 }
 
-TEST(ModelFilesConfig, RopeScalingUnsupported) {
+TEST(ModelFilesConfig, RopeScalingLlama3) {
   auto config = test::tiny_config("llama");
-  config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
-  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::unsupported,
-               {"config.json", "'rope_scaling.rope_type'", "'llama3'"});
+  config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const auto c = ModelConfig::from_dir(config_dir(config));
+  EXPECT_EQ(c.rope_scaling.type, cpu::RopeScaling::Type::llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_positions, 8192);
 
-  config = test::tiny_config("qwen2");
-  config["rope_parameters"]["rope_type"] = "yarn";
-  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::unsupported,
-               {"config.json", "'rope_parameters.rope_type'", "'yarn'"});
+  config["rope_scaling"].erase("low_freq_factor");  // HF requires every llama3 key
+  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::not_found,
+               {"config.json", "'rope_scaling.low_freq_factor'"});
+  config["rope_scaling"]["low_freq_factor"] = 4.0;
+  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::invalid_argument,
+               {"'rope_scaling.high_freq_factor'", "above"});
+}
+
+TEST(ModelFilesConfig, RopeScalingYarnAndLinear) {
+  auto config = test::tiny_config("qwen3");  // transformers 5: everything in rope_parameters
+  config["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1000000.0}, {"factor", 4.0},
+                               {"original_max_position_embeddings", 32768}, {"beta_fast", 16}};
+  auto c = ModelConfig::from_dir(config_dir(config));
+  EXPECT_EQ(c.rope_theta, 1000000.0);
+  EXPECT_EQ(c.rope_scaling.type, cpu::RopeScaling::Type::yarn);
+  EXPECT_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_positions, 32768);
+  EXPECT_EQ(c.rope_scaling.beta_fast, 16.0);
+  EXPECT_EQ(c.rope_scaling.beta_slow, 1.0);  // HF's default
+  EXPECT_TRUE(c.rope_scaling.truncate);
 
   config = test::tiny_config("qwen2");
   config["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // pre-4.45 spelling
+  c = ModelConfig::from_dir(config_dir(config));
+  EXPECT_EQ(c.rope_scaling.type, cpu::RopeScaling::Type::linear);
+  EXPECT_EQ(c.rope_scaling.factor, 2.0);
+
+  config["rope_scaling"] = {{"type", "linear"}};
+  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::not_found,
+               {"config.json", "'rope_scaling.factor'"});
+  config["rope_scaling"] = {{"type", "linear"}, {"factor", -1.0}};
+  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::invalid_argument,
+               {"'rope_scaling.factor'", "positive"});
+}
+
+TEST(ModelFilesConfig, RopeScalingUnsupported) {
+  auto config = test::tiny_config("llama");
+  config["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 8.0}};
   expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::unsupported,
-               {"'rope_scaling.type'", "'linear'"});
+               {"config.json", "'rope_scaling.rope_type'", "'dynamic'", "llama3, yarn"});
+
+  config = test::tiny_config("qwen2");
+  config["rope_parameters"]["rope_type"] = "longrope";
+  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::unsupported,
+               {"config.json", "'rope_parameters.rope_type'", "'longrope'"});
+
+  config = test::tiny_config("qwen2");
+  config["rope_scaling"] = {{"factor", 2.0}};
+  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::unsupported,
+               {"config.json", "'rope_scaling.rope_type'", "missing"});
 }
 
 TEST(ModelFilesConfig, SlidingWindowUnsupported) {

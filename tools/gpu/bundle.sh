@@ -21,7 +21,7 @@ build="${SPECPIPE_GPU_BUILD:-$root/build-gpu}"
 bundle="$root/gpu-bundle"
 jobs="${SPECPIPE_JOBS:-1}"
 tools=(specpipe_cuda_check specpipe_gpu_generate specpipe speculative_golden_test concurrent_requests_test
-       speculative_property_test plugin_pipeline_test)
+       speculative_property_test plugin_pipeline_test rope_scaling_golden_test)
 plugins=(specpipe_nwor specpipe_scv specpipe_faulty_plugin specpipe_faulty_abi_plugin specpipe_faulty_no_entry_plugin)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECPIPE_CUDA=ON \

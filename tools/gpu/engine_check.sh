@@ -7,7 +7,8 @@
 #      (concurrent_requests_test), the prefix cache's copy-on-write on the device pool (same),
 #      the gamma x block x batch property (speculative_property_test), and the strategy
 #      plugins on the device: NWOR staging the rounds' rows out of the device pool, SCV,
-#      run-time plugin faults falling back with the outputs still exact (plugin_pipeline_test);
+#      run-time plugin faults falling back with the outputs still exact (plugin_pipeline_test),
+#      and RoPE scaling (linear, llama3, yarn) on the device vs transformers (rope_scaling_golden_test);
 #   2. `specpipe generate --device cuda:0` on a prompt (statistics printed);
 #   3. `specpipe bench --device cuda:0` (plain vs speculative, medians, JSON);
 #   4. compute-sanitizer memcheck of the NWOR staging path and a failing commit's fallback
@@ -18,7 +19,7 @@ source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe engine_check
 gpu_engine_env
 status=0
-for t in ${SUITES:-speculative_golden_test concurrent_requests_test speculative_property_test plugin_pipeline_test}; do
+for t in ${SUITES:-speculative_golden_test concurrent_requests_test speculative_property_test plugin_pipeline_test rope_scaling_golden_test}; do
   timeout "${SUITE_TIMEOUT:-240}" "$bundle/bin/$t" --gtest_brief=1 >"$out/$t.txt" 2>&1
   rc=$?
   echo "$t exit: $rc ($(grep -E '^\[  (PASSED|FAILED)' "$out/$t.txt" | tr '\n' ' '))"
