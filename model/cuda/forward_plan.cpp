@@ -1,0 +1,163 @@
+#include "model/cuda/forward_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+
+namespace specpipe::cuda {
+namespace {
+
+size_t align16(size_t v) { return (v + 15) / 16 * 16; }
+
+template <typename T>
+void put(std::span<unsigned char> host, size_t at, const std::vector<T>& values) {
+  if (!values.empty()) std::memcpy(host.data() + at, values.data(), values.size() * sizeof(T));
+}
+
+}  // namespace
+
+size_t ForwardMetaLayout::chain_positions(int32_t step) const { return chain_slots(step) + align16(max_tokens * 8); }
+
+size_t ForwardMetaLayout::chain_windows(int32_t step) const {
+  return chain_positions(step) + align16(max_tokens * 4);
+}
+
+ForwardMetaLayout forward_meta_layout(const ModelConfig& config, int32_t max_tokens, int32_t num_blocks,
+                                      int32_t block_size) {
+  ForwardMetaLayout l;
+  const auto m = static_cast<size_t>(max_tokens);
+  l.max_tokens = m;
+  l.slots = 0;
+  l.tokens = align16(m * 8);
+  l.positions = l.tokens + align16(m * 4);
+  l.token_window = l.positions + align16(m * 4);
+  l.logit_index = l.token_window + align16(m * 4);
+  l.windows = l.logit_index + align16(m * 4);
+  l.tables = l.windows + align16(m * sizeof(AttentionWindowDesc));
+  const int64_t table_max =
+      std::min<int64_t>(num_blocks, (config.max_position_embeddings + block_size - 1) / block_size + 1);
+  l.chain = align16(l.tables + m * static_cast<size_t>(table_max) * 4);
+  l.chain_step_bytes = align16(m * 8) + align16(m * 4) + align16(m * sizeof(AttentionWindowDesc));
+  l.identity = l.chain + static_cast<size_t>(kMaxChainSteps - 1) * l.chain_step_bytes;
+  l.chain_bytes = l.identity + align16(m * 4) - l.chain;
+  return l;
+}
+
+ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, bool chain, bool stage,
+                         const KvStore& kv, const ModelConfig& c, const ForwardGeometry& g) {
+  if (chain && (steps < 1 || steps > kMaxChainSteps))
+    fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain of {} steps (1..{})", steps, kMaxChainSteps);
+  if (!chain && steps != 1) fail(ErrorCode::invalid_argument, "CUDA forward: {} steps without a greedy chain", steps);
+  const KvStoreConfig& kc = kv.config();
+  if (kc.block_size != g.block_size || kc.num_blocks > g.num_blocks || kc.num_layers != c.num_layers ||
+      kc.num_kv_heads != c.num_kv_heads || kc.head_dim != c.head_dim)
+    fail(ErrorCode::invalid_argument, "CUDA forward: the KV store's layout does not match the device pool");
+  if (windows.empty()) fail(ErrorCode::invalid_argument, "CUDA forward: no windows");
+  if (g.num_blocks == 0) fail(ErrorCode::invalid_argument, "CUDA forward: no KV pool allocated (allocate_kv_pool)");
+
+  ForwardPlan p;
+  p.steps = steps;
+  p.chain = chain;
+  p.stage = stage;
+  // A chain's later steps need positions [start + n, start + n + steps - 1) reserved too.
+  const std::vector<int32_t> starts = window_starts(windows, kv, c, steps - 1);
+  std::vector<AttentionWindowSpec> specs;
+  std::vector<int32_t> table_at;
+  int32_t table_len = 0, chain_chunks = 0;
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const ForwardWindow& w = windows[wi];
+    const auto n = static_cast<int32_t>(w.tokens.size());
+    specs.push_back({starts[wi], n, table_len});
+    table_at.push_back(table_len);
+    table_len += static_cast<int32_t>(kv.block_table(w.seq).size());
+    p.total_tokens += n;
+    p.logit_rows += chain ? 1 : logit_rows(w);
+    chain_chunks = std::max(chain_chunks, attention_chunks(starts[wi] + n + steps - 1));
+  }
+  if (p.total_tokens > g.max_tokens)
+    fail(ErrorCode::invalid_argument, "CUDA forward: {} tokens in one forward, more than max_tokens {}",
+         p.total_tokens, g.max_tokens);
+  p.attention = plan_attention(specs);
+  p.max_chunks = std::max(p.attention.max_chunks, chain_chunks);
+  if (static_cast<size_t>(table_len) * 4 > g.meta.chain - g.meta.tables)
+    fail(ErrorCode::invalid_argument, "CUDA forward: {} block table entries exceed the metadata buffer", table_len);
+  p.upload_bytes = g.meta.tables + static_cast<size_t>(table_len) * 4;
+
+  // Rows window after window: token ids, positions, slots, block tables, logits rows.
+  const size_t nw = windows.size();
+  p.tokens.reserve(static_cast<size_t>(p.total_tokens));
+  p.positions.reserve(static_cast<size_t>(p.total_tokens));
+  p.slots.reserve(static_cast<size_t>(p.total_tokens));
+  p.block_tables.reserve(static_cast<size_t>(table_len));
+  p.logit_index.reserve(static_cast<size_t>(p.logit_rows));
+  p.shape.reserve(2 * nw);
+  int32_t row = 0, lr = 0;
+  for (size_t wi = 0; wi < nw; ++wi) {
+    const ForwardWindow& w = windows[wi];
+    const auto n = static_cast<int32_t>(w.tokens.size());
+    for (int32_t i = 0; i < n; ++i) {
+      p.tokens.push_back(w.tokens[static_cast<size_t>(i)]);
+      p.positions.push_back(starts[wi] + i);
+      p.slots.push_back(stage ? row + i : kv.slot(w.seq, starts[wi] + i));
+    }
+    const auto table = kv.block_table(w.seq);
+    p.block_tables.insert(p.block_tables.end(), table.begin(), table.end());
+    const int32_t rows = chain ? 1 : logit_rows(w);
+    p.first_logit_row.push_back(lr);
+    p.window_logit_rows.push_back(rows);
+    for (int32_t i = 0; i < rows; ++i) p.logit_index.push_back(row + n - rows + i);
+    lr += rows;
+    row += n;
+    p.shape.push_back(n);
+    p.shape.push_back(rows);
+  }
+  for (int32_t s = 1; s < steps; ++s) {
+    ChainStepPlan cs;
+    for (size_t wi = 0; wi < nw; ++wi) {
+      const ForwardWindow& w = windows[wi];
+      const int32_t pos = starts[wi] + static_cast<int32_t>(w.tokens.size()) - 1 + s;
+      cs.slots.push_back(kv.slot(w.seq, pos));
+      cs.positions.push_back(pos);
+      cs.windows.push_back({pos, static_cast<int32_t>(wi), 1, table_at[wi]});
+    }
+    p.chain_steps.push_back(std::move(cs));
+  }
+  return p;
+}
+
+std::vector<int32_t> graph_key(const ForwardPlan& plan, bool copy_logits, int32_t timing_skip) {
+  std::vector<int32_t> key;
+  key.reserve(plan.shape.size() + 4);
+  key.insert(key.end(), plan.shape.begin(), plan.shape.end());
+  key.push_back(copy_logits ? 1 : 0);
+  key.push_back(plan.steps);
+  key.push_back(plan.stage ? 1 : 0);
+  key.push_back(timing_skip);
+  return key;
+}
+
+void pack_forward_meta(const ForwardPlan& p, const ForwardMetaLayout& meta, std::span<unsigned char> host) {
+  if (host.size() < meta.bytes())
+    fail(ErrorCode::invalid_argument, "CUDA forward: a metadata buffer of {} bytes, the layout needs {}", host.size(),
+         meta.bytes());
+  put(host, meta.token_window, p.attention.token_window);
+  put(host, meta.windows, p.attention.windows);
+  put(host, meta.tokens, p.tokens);
+  put(host, meta.positions, p.positions);
+  put(host, meta.slots, p.slots);
+  put(host, meta.tables, p.block_tables);
+  put(host, meta.logit_index, p.logit_index);
+  if (p.steps <= 1) return;
+  for (int32_t s = 1; s < p.steps; ++s) {
+    const ChainStepPlan& cs = p.chain_steps[static_cast<size_t>(s - 1)];
+    put(host, meta.chain_slots(s), cs.slots);
+    put(host, meta.chain_positions(s), cs.positions);
+    put(host, meta.chain_windows(s), cs.windows);
+  }
+  auto* identity = reinterpret_cast<int32_t*>(host.data() + meta.identity);
+  for (size_t i = 0; i < meta.max_tokens; ++i) identity[i] = static_cast<int32_t>(i);
+}
+
+}  // namespace specpipe::cuda
