@@ -105,12 +105,9 @@ class CudaTransformer {
   /// A synthetic model of any shape (issue 6 item 3): every matrix gets BF16 values
   /// uniform in [-1/sqrt(cols), 1/sqrt(cols)) generated on the device from `seed` (no
   /// host copy of the matrices), norm weights 1, biases 0 where the config has them.
-  /// The same seed gives the same bits on any device.
+  /// The same seed gives the same bits on any device. Named shapes: tools/gpu/synthetic_models.h.
   static std::unique_ptr<CudaTransformer> random(const ModelConfig& config, uint64_t seed, int32_t kv_blocks,
                                                  int32_t block_size = 16, CudaTransformerOptions options = {});
-  /// Named shapes for synthetic models: "llama3-8b" (Llama-3-8B), "qwen3-0.6b"
-  /// (Qwen3-0.6B), "llama3-1b" (Llama-3.2-1B). Throws Error(invalid_argument) otherwise.
-  static ModelConfig synthetic_config(const std::string& name);
   ~CudaTransformer();
   CudaTransformer(const CudaTransformer&) = delete;
   CudaTransformer& operator=(const CudaTransformer&) = delete;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvstore/kv_store.h"
+#include "tools/gpu/synthetic_models.h"
 #include "tools/gpu/tool_support.h"
 
 namespace specpipe::gpu_tool {
@@ -41,7 +42,7 @@ double copy_bandwidth() {
 json synthetic_bench(const std::string& name, int32_t context, uint64_t seed, int iters, CudaTransformerOptions opt,
                      bool& ok) {
   json r;
-  const ModelConfig c = CudaTransformer::synthetic_config(name);
+  const ModelConfig c = synthetic_model_config(name);
   r["model"] = name;
   r["config"] = {{"hidden", c.hidden_size},     {"layers", c.num_layers},         {"heads", c.num_heads},
                  {"kv_heads", c.num_kv_heads},  {"head_dim", c.head_dim},         {"intermediate", c.intermediate_size},
