@@ -88,6 +88,17 @@ nlohmann::json Engine::strategy_metrics() {
   };
   ask("kv_write", peers_->kv_router);
   ask("verify_plan", peers_->scheduler);
+  // Offload: the router's host tier traffic and the target's layer ring, side by side.
+  if (out["kv_write"].contains("offload")) {
+    out["offload"] = out["kv_write"]["offload"];
+    out["kv_write"].erase("offload");
+    const RingStats ring = parts_.target->ring_stats();
+    out["offload"]["ring_forwards"] = ring.forwards;
+    out["offload"]["ring_loads"] = ring.loads;
+    out["offload"]["ring_bytes_loaded"] = ring.bytes_loaded;
+    out["offload"]["ring_stalls"] = ring.stalls;
+    out["offload"]["ring_stall_ms"] = ring.stall_ms;
+  }
   return out;
 }
 

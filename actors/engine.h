@@ -49,7 +49,9 @@ class Engine {
   /// The same for the drafter's KV store (total_blocks 0 when it has none).
   KvOccupancy draft_kv_occupancy();
   /// The strategies in the kv_write and verify_plan slots and their counters (a plugin's
-  /// own metrics, fallbacks, pool traffic): {"kv_write": {...}, "verify_plan": {...}}.
+  /// own metrics, fallbacks, pool traffic): {"kv_write": {...}, "verify_plan": {...}},
+  /// and with offload {"offload": {...}}: bytes moved to the host tier, its occupancy,
+  /// the layer ring's loads and stalls.
   nlohmann::json strategy_metrics();
 
   const Tokenizer& tokenizer() const { return parts_.tokenizer; }

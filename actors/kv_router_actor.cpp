@@ -3,10 +3,17 @@
 #include <caf/all.hpp>
 
 #include "core/timer.h"
+#include "kvstore/offload_policy.h"
 #include "pipeline/plugin_kv_writer.h"
 
 namespace specpipe::actors {
 namespace {
+
+/// Offload: before a reserve the free pool blocks cannot serve, the oldest blocks of
+/// the longest sequences move to the host tier (kvstore/offload_policy.h).
+void make_room(KvStore& kv, SeqId seq, int32_t new_length) {
+  if (kv.host_tier()) make_pool_room(kv, kv.blocks_needed(seq, new_length));
+}
 
 void admit(KvStore& kv, AdmitBatch& b) {
   Stopwatch clock;
@@ -14,6 +21,7 @@ void admit(KvStore& kv, AdmitBatch& b) {
     try {
       it.seq = kv.add_sequence(it.context, &it.cached);
       try {
+        make_room(kv, it.seq, static_cast<int32_t>(it.context.size()));
         kv.reserve(it.seq, static_cast<int32_t>(it.context.size()));
       } catch (...) {
         kv.release(it.seq);
@@ -46,8 +54,10 @@ void reserve(KvStore& kv, RoundBatch& b) {
   for (RoundItem& it : b.items) {
     if (!it.error.empty()) continue;
     try {
-      kv.reserve(it.seq, kv.length(it.seq) + static_cast<int32_t>(it.recompute.size()) + 1 +
-                             static_cast<int32_t>(it.drafts.size()));
+      const int32_t new_length = kv.length(it.seq) + static_cast<int32_t>(it.recompute.size()) + 1 +
+                                 static_cast<int32_t>(it.drafts.size());
+      make_room(kv, it.seq, new_length);
+      kv.reserve(it.seq, new_length);
     } catch (const std::exception& e) {
       it.error = e.what();
     }
@@ -110,13 +120,29 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
           if (d->kv->contains(seq)) d->kv->release(seq);
       },
       [d](KvQuery) { return d->kv->occupancy(); },
-      [d](StrategyMetricsQuery) { return kv_write_metrics(*d->sink).dump(); },
+      [d](StrategyMetricsQuery) {
+        nlohmann::json j = kv_write_metrics(*d->sink);
+        if (d->kv->host_tier()) j["offload"] = offload_metrics(*d->kv);
+        return j.dump();
+      },
   };
 }
 
 }  // namespace specpipe::actors
 
 namespace specpipe::actors {
+
+nlohmann::json offload_metrics(const KvStore& kv) {
+  const OffloadStats s = kv.offload_stats();
+  const HostKvTier& tier = *kv.host_tier();
+  return {{"blocks_to_host", s.blocks_to_host},
+          {"bytes_to_host", s.bytes_to_host},
+          {"blocks_to_pool", s.blocks_to_pool},
+          {"bytes_to_pool", s.bytes_to_pool},
+          {"host_blocks_used", tier.used_blocks()},
+          {"host_blocks_total", tier.total_blocks()},
+          {"host_bytes", tier.bytes()}};
+}
 
 nlohmann::json kv_write_metrics(const KvWriteSink& sink) {
   const KvWriteStats s = sink.stats();

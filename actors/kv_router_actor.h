@@ -24,6 +24,8 @@ struct KvRouterDeps {
 
 /// The kv_write strategy's counters: pool traffic, and a plugin's own metrics.
 nlohmann::json kv_write_metrics(const KvWriteSink& sink);
+/// The host tier's traffic and occupancy (a store with a host tier).
+nlohmann::json offload_metrics(const KvStore& kv);
 
 kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouterDeps deps);
 

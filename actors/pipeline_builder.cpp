@@ -26,6 +26,10 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     fail(ErrorCode::invalid_argument, "slots.drafter.gamma must be in [0, {}]", c.drafter.max_gamma);
   const Device device = Device::parse(c.device);
   const bool on_device = device.kind != DeviceKind::cpu;
+  if (c.offload.enable && on_device)
+    fail(ErrorCode::unsupported,
+         "offload.enable: the host KV tier and layer ring run on the CPU backend only so far, not on {}",
+         device.to_string());
   // A device forward takes a bounded number of tokens: a round's verify windows (every
   // sequence's gamma + 1, plus a recomputed token) and a prefill chunk must fit.
   constexpr int32_t kDeviceForwardTokens = 1024;
@@ -86,6 +90,19 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   if (BlockCopier device_copy = p.target->block_copier())
     copier = [model = p.target, device_copy](int32_t src, int32_t dst) { device_copy(src, dst); };
   p.kv = std::make_shared<KvStore>(kv_config, std::move(copier));
+  int32_t host_blocks = 0;
+  if (c.offload.enable) {
+    // The host tier (nothing half-allocated on failure) and the target's layer ring.
+    const HostTierLayout layout{kv_config.num_layers, kv_config.num_kv_heads, kv_config.head_dim,
+                                kv_config.block_size};
+    try {
+      p.kv->attach_host_tier(std::make_unique<HostKvTier>(layout, c.offload.host_bytes));
+      p.target->enable_layer_ring(c.offload.ring_slots);
+    } catch (const Error& e) {
+      fail(e.code(), "offload: {}", e.what());
+    }
+    host_blocks = p.kv->host_tier()->total_blocks();
+  }
   // Strategy plugins are loaded and checked before anything runs: a refusal names the
   // file and the reason (pipeline/plugin_library.h).
   auto plugin_for = [&](const std::string& name, const std::string& slot) {
@@ -112,8 +129,13 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   switch (d.type) {
     case DrafterKind::model: {
       max_positions = std::min(max_positions, draft->config().max_position_embeddings);
-      p.drafter = std::make_shared<ModelDrafter>(std::move(draft), blocks, c.kv.block_size, c.scheduler.prefill_chunk,
-                                                 draft_ahead);
+      // The draft's KV is not offloaded: its pool holds what both target tiers hold, up
+      // to max_batch sequences of every position.
+      const int64_t per_sequence = (max_positions + c.kv.block_size - 1) / c.kv.block_size + 1;
+      const auto draft_blocks = static_cast<int32_t>(std::max<int64_t>(
+          blocks, std::min<int64_t>(int64_t{blocks} + host_blocks, per_sequence * c.scheduler.max_batch)));
+      p.drafter = std::make_shared<ModelDrafter>(std::move(draft), draft_blocks, c.kv.block_size,
+                                                 c.scheduler.prefill_chunk, draft_ahead);
       break;
     }
     case DrafterKind::ngram:
@@ -129,13 +151,15 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   s.max_gamma = d.max_gamma;
   s.max_batch = c.scheduler.max_batch;
   s.max_queue = c.scheduler.max_queue;
-  s.kv_blocks = blocks;
+  s.kv_blocks = int64_t{blocks} + host_blocks;
+  s.pool_blocks = blocks;
   s.block_size = c.kv.block_size;
   s.max_positions = max_positions;
   s.eos_ids = p.target->config().eos_token_ids;
   s.speculative = d.type != DrafterKind::none;
-  spdlog::info("pipeline: target {} ({} layers) on {}, drafter {}, gamma {}, KV {} blocks x {}", target_dir.string(),
-               p.target->config().num_layers, device.to_string(), to_string(d.type), d.gamma, blocks, c.kv.block_size);
+  spdlog::info("pipeline: target {} ({} layers) on {}, drafter {}, gamma {}, KV {} blocks x {}, host tier {} blocks",
+               target_dir.string(), p.target->config().num_layers, device.to_string(), to_string(d.type), d.gamma,
+               blocks, c.kv.block_size, host_blocks);
   return p;
 }
 

@@ -52,6 +52,14 @@ void PipelineOptions::add_to(CLI::App& cmd) {
       [](const PipelineOptions& o, PipelineConfig& c) { c.kv.memory_fraction = o.defaults_.kv.memory_fraction; });
   add(cmd.add_option("--block-size", d.kv.block_size, "tokens per KV block")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.kv.block_size = o.defaults_.kv.block_size; });
+  add(cmd.add_flag("--offload", offload_, "move the oldest KV blocks to a host tier when the pool fills (CPU)"),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.offload.enable = o.offload_; });
+  add(cmd.add_option("--offload-host-bytes", d.offload.host_bytes, "host tier size in bytes (offload)")
+          ->check(CLI::PositiveNumber),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.offload.host_bytes = o.defaults_.offload.host_bytes; });
+  add(cmd.add_option("--ring-slots", d.offload.ring_slots, "layer slots of the offload ring buffer (>= 2)")
+          ->check(CLI::Range(2, 64)),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.offload.ring_slots = o.defaults_.offload.ring_slots; });
   add(cmd.add_option("--prefill-chunk", d.scheduler.prefill_chunk, "prompt tokens per prefill window")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.scheduler.prefill_chunk = o.defaults_.scheduler.prefill_chunk; });
   add(cmd.add_option("--max-batch", d.scheduler.max_batch, "sequences per round")->check(CLI::PositiveNumber),
@@ -117,6 +125,15 @@ std::string format_strategy_summary(const nlohmann::json& m) {
                        kv["strategy"].get<std::string>(), host.value("disabled", false) ? " (disabled)" : "",
                        kv["pool_rows_written"].get<int64_t>(), kv["prefill_rows_written"].get<int64_t>(),
                        kv["pool_rows_not_written"].get<int64_t>(), host["fallbacks"].dump());
+  }
+  if (m.contains("offload")) {
+    const nlohmann::json& o = m["offload"];
+    out += fmt::format("offload: {} blocks ({:.1f} MiB) to the host tier, {} of {} host blocks in use | ring: {} layer "
+                       "loads ({:.1f} MiB), {} stalls ({:.1f} ms)\n",
+                       o["blocks_to_host"].get<int64_t>(), o["bytes_to_host"].get<double>() / (1 << 20),
+                       o["host_blocks_used"].get<int64_t>(), o["host_blocks_total"].get<int64_t>(),
+                       o["ring_loads"].get<int64_t>(), o["ring_bytes_loaded"].get<double>() / (1 << 20),
+                       o["ring_stalls"].get<int64_t>(), o["ring_stall_ms"].get<double>());
   }
   const nlohmann::json& plan = m["verify_plan"];
   if (plan.value("strategy", "fixed") != "fixed") {

@@ -24,6 +24,7 @@ class PipelineOptions {
   std::string device_ = "cpu";
   std::string kv_tokens_ = "16384";
   bool no_spec_ = false;
+  bool offload_ = false;
   std::vector<std::pair<CLI::Option*, void (*)(const PipelineOptions&, PipelineConfig&)>> overrides_;
 };
 

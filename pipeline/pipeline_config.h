@@ -52,6 +52,16 @@ struct KvConfig {
   float memory_fraction = 0.9f;
 };
 
+/// The host KV tier and layer ring (kvstore/README.md, "Host tier"): when the target's
+/// pool fills, the oldest full committed blocks of the longest sequences move to host
+/// memory, and every forward streams them back layer by layer. CPU backend only so far.
+struct OffloadConfig {
+  bool enable = false;
+  int64_t host_bytes = int64_t{4} << 30;  ///< host tier size (K and V, every layer)
+  int32_t ring_slots = 2;                 ///< layer slots of the ring (>= 2)
+  std::string policy = "longest";         ///< which blocks move first (kvstore/offload_policy.h)
+};
+
 struct DrafterConfig {
   DrafterKind type = DrafterKind::model;
   int32_t gamma = 4;       ///< drafts per round (requests may ask for another, up to max_gamma)
@@ -105,6 +115,7 @@ struct PipelineConfig {
   std::string device = "cpu";  ///< "cpu" (CUDA: "cuda:N", where built)
   int32_t threads = 0;         ///< CPU kernel threads, 0 = $SPECPIPE_THREADS or all cores
   KvConfig kv;
+  OffloadConfig offload;
   DrafterConfig drafter;       ///< slots.drafter
   SlotStrategies slots;        ///< slots.kv_write, slots.verify_plan
   std::vector<PluginConfig> plugins;

@@ -67,6 +67,12 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   kv.put("prefix_cache", c.kv.prefix_cache);
   kv.put("memory_fraction", c.kv.memory_fraction);
   kv.end();
+  MapWriter offload = top.begin("offload");
+  offload.put("enable", c.offload.enable);
+  offload.put("host_bytes", c.offload.host_bytes);
+  offload.put("ring_slots", c.offload.ring_slots);
+  offload.word("policy", c.offload.policy);
+  offload.end();
   MapWriter slots = top.begin("slots");
   MapWriter drafter = slots.begin("drafter");
   drafter.word("type", to_string(c.drafter.type));

@@ -47,6 +47,14 @@ void read_kv(const Section& top, KvConfig& kv) {
                                  kv.tokens, kv.block_size));
 }
 
+void read_offload(const Section& top, OffloadConfig& o) {
+  const Section s = top.child("offload", {"enable", "host_bytes", "ring_slots", "policy"});
+  s.read("enable", o.enable);
+  s.read("host_bytes", o.host_bytes, IntRange{1, int64_t{1} << 50});
+  s.read("ring_slots", o.ring_slots, IntRange{2, 64});
+  s.read_choice("policy", o.policy, {"longest"});
+}
+
 void read_drafter(const Section& slots, DrafterConfig& d) {
   const Section s = slots.child("drafter", {"type", "gamma", "max_gamma", "ngram", "draft_ahead"});
   std::string type = to_string(d.type);
@@ -219,8 +227,8 @@ PipelineConfig read_document(const YAML::Node& root, std::string_view source,
                              const std::optional<fs::path>& config_dir) {
   PipelineConfig c;
   const Section top(root, "", std::string(source),
-                    {"version", "models", "device", "threads", "kv", "slots", "scheduler", "server", "defaults",
-                     "logging", "plugins"});
+                    {"version", "models", "device", "threads", "kv", "offload", "slots", "scheduler", "server",
+                     "defaults", "logging", "plugins"});
   top.read("version", c.version, IntRange{std::numeric_limits<int32_t>::min(), kInt32Max});
   if (c.version != 1) top.fail("version", fmt::format("version {} is not supported (this build reads 1)", c.version));
   const Section models = top.child("models", {"target", "draft", "draft_fused_step", "draft_fused_blocks", "gemm"});
@@ -232,6 +240,7 @@ PipelineConfig read_document(const YAML::Node& root, std::string_view source,
   read_device(top, c.device);
   top.read("threads", c.threads, IntRange{0, 4096});
   read_kv(top, c.kv);
+  read_offload(top, c.offload);
   c.plugins = read_plugins(top, root, config_dir);
   read_slots(top, c.drafter, c.slots, c.plugins);
   read_scheduler(top, c.scheduler);

@@ -1,0 +1,110 @@
+// Offload through the whole pipeline (issue 16 item 6): with a target pool too small for
+// the requests, the KV-router moves the oldest blocks of the longest sequences to the
+// host tier and every forward streams them back through the layer ring. The outputs
+// (and, for the draft model, every round's acceptance) equal the golden data for plain
+// decoding and each speculative strategy; both tiers are empty afterwards; the error
+// cases are one clear error each and the engine keeps serving.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "pipeline/pipeline_config.h"
+#include "tests/support/engine.h"
+#include "tests/support/golden.h"
+#include "tests/actors/offload_support.h"
+
+namespace specpipe {
+namespace {
+
+using test::offload_config;
+using test::Strategy;
+using test::expect_drained_after_offload;
+
+
+class OffloadGolden : public ::testing::TestWithParam<Strategy> {};
+
+TEST_P(OffloadGolden, PublicCasesThroughATinyPoolEqualTheGoldenOutput) {
+  const Strategy s = GetParam();
+  actors::Engine engine(offload_config(s));
+  int index = 0;
+  for (const auto& c : test::golden_public()["cases"]) {
+    const actors::Completion got = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 96));
+    ASSERT_EQ(got.reason, FinishReason::length) << got.error;
+    EXPECT_EQ(got.tokens, test::ids(c["target_greedy_96"])) << "case " << index;
+    // The draft model's rounds are the reference's: where the K/V lives changes no bit.
+    if (s.drafter == DrafterKind::model && !s.scv) {
+      EXPECT_EQ(got.stats.accepted_per_round, c["spec"]["4"]["accepted_per_round"].get<std::vector<int32_t>>())
+          << "case " << index;
+    }
+    ++index;
+  }
+  expect_drained_after_offload(engine);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, OffloadGolden,
+                         ::testing::Values(Strategy{"plain", DrafterKind::none, false, false},
+                                           Strategy{"draft_model", DrafterKind::model, false, false},
+                                           Strategy{"ngram", DrafterKind::ngram, false, false},
+                                           Strategy{"nwor", DrafterKind::model, true, false},
+                                           Strategy{"scv", DrafterKind::model, false, true},
+                                           Strategy{"nwor_scv", DrafterKind::model, true, true}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+Error engine_error(const PipelineConfig& config) {
+  try {
+    actors::Engine engine(config);
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error";
+  return Error(ErrorCode::internal, "none");
+}
+
+TEST(OffloadErrors, HostBytesTooSmallIsRefusedAtLoad) {
+  PipelineConfig config = offload_config({"plain", DrafterKind::none, false, false});
+  config.offload.host_bytes = 1000;
+  const Error e = engine_error(config);
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(std::string(e.what()).find("host_bytes: 1000 bytes hold no KV block"), std::string::npos) << e.what();
+}
+
+TEST(OffloadErrors, RingSlotsBelowTwoAreAConfigError) {
+  try {
+    parse_pipeline_config("offload: {enable: true, ring_slots: 1}", "x.yaml");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("offload.ring_slots: 1 is out of range [2, 64]"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OffloadErrors, ADeviceIsRefusedUntilItStreamsHostKv) {
+  PipelineConfig config = offload_config({"plain", DrafterKind::none, false, false});
+  config.device = "cuda:0";
+  const Error e = engine_error(config);
+  EXPECT_EQ(e.code(), ErrorCode::unsupported);
+  EXPECT_NE(std::string(e.what()).find("CPU backend only"), std::string::npos) << e.what();
+}
+
+// A context beyond pool + host tier, and a prompt longer than the pool, get one
+// out_of_capacity error each; the next request is served as if nothing happened.
+TEST(OffloadErrors, AContextBeyondEveryTierIsOneErrorAndTheEngineKeepsServing) {
+  actors::Engine engine(offload_config({"draft_model", DrafterKind::model, false, false}));
+  const auto& c = test::golden_public()["cases"][0];
+  const actors::Completion beyond = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 200000));
+  EXPECT_EQ(beyond.reason, FinishReason::error);
+  EXPECT_EQ(beyond.error_code, "out_of_capacity") << beyond.error;
+  EXPECT_NE(beyond.error.find("on the host tier"), std::string::npos) << beyond.error;
+  const auto long_prompt = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
+  const actors::Completion too_long =
+      engine.generate(test::greedy_request(std::vector<int32_t>(long_prompt.begin(), long_prompt.begin() + 400), 8));
+  EXPECT_EQ(too_long.error_code, "out_of_capacity") << too_long.error;
+  const actors::Completion fine = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 96));
+  EXPECT_EQ(fine.tokens, test::ids(c["target_greedy_96"]));
+  expect_drained_after_offload(engine);
+}
+
+}  // namespace
+}  // namespace specpipe
