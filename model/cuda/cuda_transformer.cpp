@@ -1,67 +1,32 @@
 #include "model/cuda/cuda_transformer.h"
 
-#include <cublasLt.h>
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
+#include <functional>
 #include <mutex>
 #include <utility>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_plan.h"
-#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_cache.h"
+#include "model/cuda/decoder_step.h"
+#include "model/cuda/device_memory.h"
+#include "model/cuda/forward_plan.h"
 #include "model/cuda/fused_step.h"
 #include "model/cuda/model_ops.h"
+#include "model/cuda/transformer_state.h"
 
 namespace specpipe {
 namespace {
 
-void cuda_try(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail(ErrorCode::internal, "CUDA forward: {}: {}", what, cudaGetErrorString(status));
-}
-void lt_try(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS)
-    fail(ErrorCode::internal, "CUDA forward: {}: cuBLASLt status {}", what, static_cast<int>(status));
-}
-
-/// CUDA memory that frees itself: device memory (cudaMalloc) or pinned host memory
-/// (cudaMallocHost). `total`, when given, accumulates the bytes allocated.
-template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
-class CudaMemory {
- public:
-  CudaMemory() = default;
-  ~CudaMemory() { reset(); }
-  CudaMemory(const CudaMemory&) = delete;
-  CudaMemory& operator=(const CudaMemory&) = delete;
-  void allocate(size_t bytes, size_t* total = nullptr) {
-    reset();
-    if (bytes == 0) return;
-    cuda_try(Alloc(&ptr_, bytes), "allocation");
-    bytes_ = bytes;
-    if (total) *total += bytes;
-  }
-  void reset() {
-    if (ptr_) Free(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-using DeviceBuffer = CudaMemory<::cudaMalloc, ::cudaFree>;
-using PinnedBuffer = CudaMemory<::cudaMallocHost, ::cudaFreeHost>;
+using cuda::cuda_try;
+using cuda::lt_try;
 
 /// A matrix in its disk dtype -> BF16 bits, round to nearest even (exact for BF16).
 void append_bf16(const MatrixWeight& w, std::vector<uint16_t>& out) {
@@ -104,80 +69,6 @@ int32_t CudaLogits::argmax(size_t w, int32_t i) const {
   return argmax_[static_cast<size_t>(first_[w] + i)];
 }
 
-struct CudaTransformer::Impl {
-  struct Layer {
-    uint16_t *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;  // bf16
-    float *qkv_bias = nullptr, *o_bias = nullptr, *gate_up_bias = nullptr, *down_bias = nullptr;
-    float *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
-  };
-  DeviceBuffer weights_bf16, weights_f32, rope, pool, scratch, meta, workspace;
-  // Attention's chunk counters ([max_tokens, kv_heads], zero between launches): the chunk
-  // kernel's last block per (row, kv head) merges the row, one launch a layer.
-  DeviceBuffer attention_counters;
-  PinnedBuffer meta_host, out_host;
-  // The argmax ids come back after the logits rows of out_host ([max_tokens, vocab] floats).
-  int32_t* host_ids(int64_t max_tokens, int64_t vocab) const {
-    return reinterpret_cast<int32_t*>(out_host.as<float>() + max_tokens * vocab);
-  }
-  std::vector<Layer> layers;
-  uint16_t* embed = nullptr;
-  uint16_t* lm_head = nullptr;
-  float* final_norm = nullptr;
-  float *rope_cos = nullptr, *rope_sin = nullptr;
-  std::vector<float*> pool_k, pool_v;
-  // scratch
-  float *x = nullptr, *h = nullptr, *qkv = nullptr, *attn = nullptr, *gu = nullptr, *tmp = nullptr,
-        *logits = nullptr;
-  uint16_t* xb = nullptr;
-  int32_t* argmax = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  cuda::LtGemm g_qkv, g_o, g_gate_up, g_down, g_head;
-  int32_t num_blocks = 0, block_size = 0;
-  int32_t capacity_chunks = 0;  // split-K chunks of the longest row the pool holds (graphs)
-  // Fixed metadata layout (byte offsets into meta / meta_host), sized for max_tokens.
-  size_t off_slots = 0, off_tokens = 0, off_pos = 0, off_tw = 0, off_lr = 0, off_win = 0, off_bt = 0;
-  // Greedy chains (forward_greedy_chain): after the block tables, an identity array
-  // (token -> window, logits row -> token for one-token windows), then per later step
-  // its slots, positions and window descriptors.
-  size_t off_chain = 0, off_ident = 0, chain_step_bytes = 0, chain_bytes = 0;
-  size_t chain_slots(int32_t s) const { return off_chain + static_cast<size_t>(s - 1) * chain_step_bytes; }
-  size_t chain_pos(int32_t s, size_t m) const { return chain_slots(s) + align_up(m * 8, 16); }
-  size_t chain_win(int32_t s, size_t m) const { return chain_pos(s, m) + align_up(m * 4, 16); }
-  std::map<std::vector<int32_t>, cudaGraphExec_t> graphs;
-  std::mutex copies_mutex;                            // queue_block_copy may run on another thread
-  std::vector<std::pair<int32_t, int32_t>> copies;    // (src, dst) pool blocks, in order
-  // Forwards and the staging strategy's device calls (another actor's thread) take turns
-  // on the stream: nothing from another thread may land inside a graph capture.
-  std::mutex stream_mutex;
-  // Staged rounds: [layer][max_tokens, kv_dim] K and V rows kept out of the pool
-  // (allocated at the first staged forward); slots for write_slots.
-  DeviceBuffer stage, write_slots;
-  float* stage_rows(int32_t layer, bool v, int64_t max_tokens, int64_t kvd) const {
-    const int64_t layer_floats = max_tokens * kvd;
-    return stage.as<float>() + (2 * int64_t{layer} + (v ? 1 : 0)) * layer_floats;
-  }
-
-  // The fused step (options.fused_step; model/cuda/fused_step.h), set up with the pool:
-  // its layer table on the device, its scratch, its grid (0: not served, fused_why says why).
-  DeviceBuffer fused_layers, fused_scratch, fused_trace_buf;
-  cuda::FusedModel fused{};
-  cuda::FusedScratch fused_sc{};
-  int32_t fused_blocks = 0;
-  // The gate_up GEMM writes the SiLU gate's BF16 output itself (gemm_mma_silu_bf16; its
-  // weights interleaved by 8): mma without the fused step or MLP biases.
-  bool gate_up_silu = false;
-  std::string fused_why = "off";
-
-  void clear_graphs() {
-    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
-    graphs.clear();
-  }
-  ~Impl() {
-    clear_graphs();
-    if (lt) cublasLtDestroy(lt);
-  }
-};
-
 CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights& weights, int32_t kv_blocks,
                                  int32_t block_size, CudaTransformerOptions options)
     : CudaTransformer(config, &weights, 0, kv_blocks, block_size, options) {}
@@ -189,9 +80,11 @@ std::unique_ptr<CudaTransformer> CudaTransformer::random(const ModelConfig& conf
 
 size_t CudaTransformer::graph_count() const { return impl_->graphs.size(); }
 
+static_assert(CudaTransformer::kMaxChainSteps == cuda::kMaxChainSteps);
+
 CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* weights_ptr, uint64_t seed,
                                  int32_t kv_blocks, int32_t block_size, CudaTransformerOptions options)
-    : config_(config), options_(options), impl_(std::make_unique<Impl>()) {
+    : config_(config), options_(options), impl_(std::make_unique<cuda::TransformerState>()) {
   const ModelConfig& c = config_;
   if (kv_blocks < 0 || block_size < 1) fail(ErrorCode::invalid_argument, "CUDA forward: KV pool of {} blocks of {}", kv_blocks, block_size);
   if (options_.max_tokens < 1 || options_.max_tokens > 1024)
@@ -206,7 +99,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   cuda_try(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
                                         options_.high_priority_stream ? greatest_priority : least_priority),
            "cudaStreamCreate");
-  Impl& d = *impl_;
+  cuda::TransformerState& d = *impl_;
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
   const int64_t qkvd = qd + 2 * kvd;
 
@@ -397,7 +290,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
 
 void CudaTransformer::allocate_kv_pool(int32_t kv_blocks, int32_t block_size) {
   const ModelConfig& c = config_;
-  Impl& d = *impl_;
+  cuda::TransformerState& d = *impl_;
   if (d.num_blocks > 0) fail(ErrorCode::invalid_argument, "CUDA forward: the KV pool is already allocated");
   if (kv_blocks < 1 || block_size < 1)
     fail(ErrorCode::invalid_argument, "CUDA forward: KV pool of {} blocks of {}", kv_blocks, block_size);
@@ -422,31 +315,13 @@ void CudaTransformer::allocate_kv_pool(int32_t kv_blocks, int32_t block_size) {
   d.capacity_chunks = cuda::attention_chunks(static_cast<int32_t>(std::max<int64_t>(max_keys, 1)));
   d.attention_counters.allocate(static_cast<size_t>(M * c.num_kv_heads) * sizeof(uint32_t), &device_bytes_);
   cuda_try(cudaMemset(d.attention_counters.as<void>(), 0, d.attention_counters.bytes()), "counters memset");
-  // Metadata: one fixed layout for every forward (graphs bake these addresses). int64
-  // slots, the int32 arrays, the window descriptors, then the block tables (copied up to
-  // the end of what is used).
+  // Metadata: one fixed layout for every forward (graphs bake these addresses; forward_plan.h).
+  d.meta_layout = cuda::forward_meta_layout(c, options_.max_tokens, kv_blocks, block_size);
   {
-    const size_t m = static_cast<size_t>(M);
-    d.off_slots = 0;
-    d.off_tokens = align_up(m * 8, 16);
-    d.off_pos = d.off_tokens + align_up(m * 4, 16);
-    d.off_tw = d.off_pos + align_up(m * 4, 16);
-    d.off_lr = d.off_tw + align_up(m * 4, 16);
-    d.off_win = d.off_lr + align_up(m * 4, 16);
-    d.off_bt = d.off_win + align_up(m * sizeof(cuda::AttentionWindowDesc), 16);
-    // A window's block table covers at most the model's positions (+1: truncate keeps a
-    // sequence's first block), whatever the pool's size.
-    const int64_t table_max = std::min<int64_t>(kv_blocks, (c.max_position_embeddings + block_size - 1) / block_size + 1);
-    d.off_chain = align_up(d.off_bt + m * static_cast<size_t>(table_max) * 4, 16);
-    d.chain_step_bytes = align_up(m * 8, 16) + align_up(m * 4, 16) + align_up(m * sizeof(cuda::AttentionWindowDesc), 16);
-    d.off_ident = d.off_chain + static_cast<size_t>(kMaxChainSteps - 1) * d.chain_step_bytes;
-    d.chain_bytes = d.off_ident + align_up(m * 4, 16) - d.off_chain;
-    const size_t meta_bytes = d.off_chain + d.chain_bytes;
+    const size_t meta_bytes = d.meta_layout.bytes();
     size_t meta_total = 0;
     d.meta.allocate(meta_bytes, &meta_total);
     d.meta_host.allocate(meta_bytes);
-    auto* ident = reinterpret_cast<int32_t*>(d.meta_host.as<unsigned char>() + d.off_ident);
-    for (int32_t i = 0; i < M; ++i) ident[i] = i;  // uploaded with every chain's metadata
   }
 
   d.num_blocks = kv_blocks;
@@ -472,14 +347,14 @@ std::vector<std::string> CudaTransformer::gemm_algorithms() const {
             "gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)"};
   if (options_.gemm == CudaGemm::mma) return {"all: gemm_mma_bf16"};
   if (options_.gemm == CudaGemm::rows) return {"all: gemm_rows_bf16"};
-  const Impl& d = *impl_;
+  const cuda::TransformerState& d = *impl_;
   return {"qkv: " + d.g_qkv.description(), "o_proj: " + d.g_o.description(),
           "gate_up: " + d.g_gate_up.description(), "down_proj: " + d.g_down.description(),
           "lm_head: " + d.g_head.description()};
 }
 
 void CudaTransformer::read_pool(int32_t layer, std::vector<float>& k, std::vector<float>& v) {
-  Impl& d = *impl_;
+  cuda::TransformerState& d = *impl_;
   const std::lock_guard stream_lock(d.stream_mutex);
   const size_t floats = static_cast<size_t>(d.num_blocks) * static_cast<size_t>(d.block_size) *
                         static_cast<size_t>(config_.kv_dim());
@@ -528,7 +403,7 @@ void CudaTransformer::copy_async(void* dst, const void* src, size_t bytes) {
 }
 
 void CudaTransformer::write_slots(int32_t layer, const float* k, const float* v, const int64_t* slots, int64_t n) {
-  Impl& d = *impl_;
+  cuda::TransformerState& d = *impl_;
   const int64_t total_slots = int64_t{d.num_blocks} * d.block_size;
   if (layer < 0 || layer >= config_.num_layers)
     fail(ErrorCode::invalid_argument, "CUDA write_slots: layer {} of {}", layer, config_.num_layers);
@@ -556,11 +431,11 @@ void CudaTransformer::write_slots(int32_t layer, const float* k, const float* v,
 
 void CudaTransformer::setup_fused_step() {
   const ModelConfig& c = config_;
-  Impl& d = *impl_;
+  cuda::TransformerState& d = *impl_;
   bool biases = false;
   std::vector<cuda::FusedLayer> layers;
   for (int32_t l = 0; l < c.num_layers; ++l) {
-    const Impl::Layer& w = d.layers[static_cast<size_t>(l)];
+    const cuda::TransformerState::Layer& w = d.layers[static_cast<size_t>(l)];
     biases = biases || w.qkv_bias || w.o_bias || w.gate_up_bias || w.down_bias;
     layers.push_back({w.qkv, w.o, w.gate_up, w.down, w.input_norm, w.post_norm, c.qk_norm ? w.q_norm : nullptr,
                       c.qk_norm ? w.k_norm : nullptr, d.pool_k[static_cast<size_t>(l)],
@@ -603,7 +478,7 @@ void CudaTransformer::setup_fused_step() {
 }
 
 std::vector<long long> CudaTransformer::fused_trace() {
-  Impl& d = *impl_;
+  cuda::TransformerState& d = *impl_;
   std::vector<long long> marks(cuda::kFusedTraceSlots, 0), phases;
   if (d.fused_trace_buf.bytes() == 0) return phases;
   const std::lock_guard lock(d.stream_mutex);
@@ -623,7 +498,7 @@ void CudaTransformer::queue_block_copy(int32_t src, int32_t dst) {
 }
 
 void CudaTransformer::apply_block_copies() {
-  Impl& d = *impl_;
+  cuda::TransformerState& d = *impl_;
   std::vector<std::pair<int32_t, int32_t>> copies;
   {
     const std::lock_guard lock(d.copies_mutex);
@@ -657,8 +532,6 @@ void CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows
 }
 
 void CudaTransformer::run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer) {
-  if (steps < 1 || steps > kMaxChainSteps)
-    fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain of {} steps (1..{})", steps, kMaxChainSteps);
   const bool copy = options_.copy_logits;
   options_.copy_logits = false;
   try {
@@ -694,308 +567,136 @@ void CudaTransformer::settle_launched_chain() {
 void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv,
                           CudaLogits& out, bool defer) {
   const ModelConfig& c = config_;
-  Impl& d = *impl_;
-  const KvStoreConfig& kc = kv.config();
-  if (kc.block_size != d.block_size || kc.num_blocks > d.num_blocks || kc.num_layers != c.num_layers ||
-      kc.num_kv_heads != c.num_kv_heads || kc.head_dim != c.head_dim)
-    fail(ErrorCode::invalid_argument, "CUDA forward: the KV store's layout does not match the device pool");
-  if (windows.empty()) fail(ErrorCode::invalid_argument, "CUDA forward: no windows");
+  cuda::TransformerState& d = *impl_;
+  // A staged round's rows go to the staging buffer: its "slots" are the row indices.
+  const bool stage = stage_rows_ && !chain;
+  // The host plan (every check; tokens, positions, slots, block tables, attention windows,
+  // logit rows), before the device is touched.
+  const cuda::ForwardPlan plan = cuda::plan_forward(windows, steps, chain, stage, kv, c,
+                                                    {options_.max_tokens, d.num_blocks, d.block_size, d.meta_layout});
 
-  if (d.num_blocks == 0) fail(ErrorCode::invalid_argument, "CUDA forward: no KV pool allocated (allocate_kv_pool)");
   const std::lock_guard stream_lock(d.stream_mutex);
   settle_launched_chain();  // its ids come back in the pinned buffer this forward reuses
   // CAF runs an actor on any of its threads; the device is per thread.
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   apply_block_copies();  // copy-on-write of prefix-cache blocks, before anything reads them
-
-  // --- host plan: tokens, positions, slots, block tables, attention windows, logit rows ---
-  // A chain's later steps need positions [start + n, start + n + steps - 1) reserved too.
-  const std::vector<int32_t> starts = window_starts(windows, kv, c, steps - 1);
-  std::vector<cuda::AttentionWindowSpec> specs;
-  int32_t total = 0, table_len = 0, logit_rows = 0, chain_chunks = 0;
-  std::vector<int32_t> table_at;
-  for (size_t wi = 0; wi < windows.size(); ++wi) {
-    const ForwardWindow& w = windows[wi];
-    const auto n = static_cast<int32_t>(w.tokens.size());
-    specs.push_back({starts[wi], n, table_len});
-    table_at.push_back(table_len);
-    table_len += static_cast<int32_t>(kv.block_table(w.seq).size());
-    total += n;
-    logit_rows += chain ? 1 : specpipe::logit_rows(w);
-    chain_chunks = std::max(chain_chunks, cuda::attention_chunks(starts[wi] + n + steps - 1));
-  }
-  if (total > options_.max_tokens)
-    fail(ErrorCode::invalid_argument, "CUDA forward: {} tokens in one forward, more than max_tokens {}", total,
-         options_.max_tokens);
-  const cuda::AttentionPlan plan = cuda::plan_attention(specs);
-  // A staged round's rows go to the staging buffer: its "slots" are the row indices.
-  const bool stage = stage_rows_ && !chain;
-  const int64_t kvd = c.kv_dim();
   if (stage && d.stage.bytes() == 0)
-    d.stage.allocate(static_cast<size_t>(2 * int64_t{c.num_layers} * options_.max_tokens * kvd) * sizeof(float),
+    d.stage.allocate(static_cast<size_t>(2 * int64_t{c.num_layers} * options_.max_tokens * c.kv_dim()) * sizeof(float),
                      &device_bytes_);
-
-  // Metadata into the fixed layout (one copy, up to the end of the used block tables).
-  const size_t n_windows = windows.size();
-  const auto nw = static_cast<int32_t>(n_windows);
-  if (static_cast<size_t>(table_len) * 4 > d.off_chain - d.off_bt)
-    fail(ErrorCode::invalid_argument, "CUDA forward: {} block table entries exceed the metadata buffer", table_len);
-  const size_t meta_bytes = d.off_bt + static_cast<size_t>(table_len) * 4;
-  auto* hb = d.meta_host.as<unsigned char>();
-  auto* slots = reinterpret_cast<int64_t*>(hb + d.off_slots);
-  auto* tokens = reinterpret_cast<int32_t*>(hb + d.off_tokens);
-  auto* positions = reinterpret_cast<int32_t*>(hb + d.off_pos);
-  auto* token_window = reinterpret_cast<int32_t*>(hb + d.off_tw);
-  auto* logit_index = reinterpret_cast<int32_t*>(hb + d.off_lr);
-  auto* tables = reinterpret_cast<int32_t*>(hb + d.off_bt);
-  // The previous forward's upload has completed (forward() ends with a sync).
-  std::memcpy(token_window, plan.token_window.data(), static_cast<size_t>(total) * 4);
-  std::memcpy(hb + d.off_win, plan.windows.data(), n_windows * sizeof(cuda::AttentionWindowDesc));
   out.vocab_ = c.vocab_size;
-  out.first_.clear();
-  out.rows_.clear();
-  std::vector<int32_t> key;  // the graph's shape: (tokens, logit rows) per window, flags, steps
-  key.reserve(2 * n_windows + 4);
-  int32_t row = 0, lr = 0, bt = 0;
-  for (size_t wi = 0; wi < n_windows; ++wi) {
-    const ForwardWindow& w = windows[wi];
-    const auto n = static_cast<int32_t>(w.tokens.size());
-    for (int32_t i = 0; i < n; ++i) {
-      tokens[row + i] = w.tokens[static_cast<size_t>(i)];
-      positions[row + i] = starts[wi] + i;
-      slots[row + i] = stage ? row + i : kv.slot(w.seq, starts[wi] + i);
-    }
-    const auto table = kv.block_table(w.seq);
-    std::copy(table.begin(), table.end(), tables + bt);
-    bt += static_cast<int32_t>(table.size());
-    const int32_t rows = chain ? 1 : specpipe::logit_rows(w);
-    out.first_.push_back(lr);
-    out.rows_.push_back(rows);
-    for (int32_t i = 0; i < rows; ++i) logit_index[lr + i] = row + n - rows + i;
-    lr += rows;
-    row += n;
-    key.push_back(n);
-    key.push_back(rows);
-  }
-  // A chain's step s >= 1: one token per window at position start + n - 1 + s, every
-  // earlier position in the pool (written by the previous steps), the window's table.
-  for (int32_t s = 1; s < steps; ++s) {
-    auto* cs = reinterpret_cast<int64_t*>(hb + d.chain_slots(s));
-    auto* cp = reinterpret_cast<int32_t*>(hb + d.chain_pos(s, static_cast<size_t>(options_.max_tokens)));
-    auto* cw = reinterpret_cast<cuda::AttentionWindowDesc*>(hb + d.chain_win(s, static_cast<size_t>(options_.max_tokens)));
-    for (int32_t wi = 0; wi < nw; ++wi) {
-      const auto& w = windows[static_cast<size_t>(wi)];
-      const int32_t p = starts[static_cast<size_t>(wi)] + static_cast<int32_t>(w.tokens.size()) - 1 + s;
-      cs[wi] = kv.slot(w.seq, p);
-      cp[wi] = p;
-      cw[wi] = {p, wi, 1, table_at[static_cast<size_t>(wi)]};
-    }
-  }
-  key.push_back(options_.copy_logits ? 1 : 0);
-  key.push_back(steps);
-  key.push_back(stage ? 1 : 0);
-  unsigned char* db = d.meta.as<unsigned char>();
-  cuda_try(cudaMemcpyAsync(db, hb, meta_bytes, cudaMemcpyHostToDevice, stream_), "metadata upload");
-  if (steps > 1)
-    cuda_try(cudaMemcpyAsync(db + d.off_chain, hb + d.off_chain, d.chain_bytes, cudaMemcpyHostToDevice, stream_),
-             "chain metadata upload");
+  out.first_ = plan.first_logit_row;
+  out.rows_ = plan.window_logit_rows;
+  upload_plan(plan);
 
-  const bool use_graph = options_.graphs && total <= options_.graph_max_tokens;
+  // The device side: every step (a graph per shape, or eagerly), then the copies back.
+  const bool use_graph = options_.graphs && plan.total_tokens <= options_.graph_max_tokens;
+  const int32_t max_chunks = attention_grid(plan, use_graph);
+  // Small forwards as the one fused kernel when it is on (not in staged rounds or timing studies).
+  const bool fused = d.fused_blocks > 0 && !stage && options_.timing_skip == 0;
+  const cuda::StepSettings settings{options_.gemm,       fused,      stage,
+                                    options_.copy_logits, options_.max_tokens, max_chunks,
+                                    cuda::KernelSkip::from_mask(options_.timing_skip)};
+  if (use_graph)
+    d.graphs.launch(cuda::graph_key(plan, options_.copy_logits, options_.timing_skip), stream_,
+                    [&] { enqueue_forward(plan, settings); });
+  else
+    enqueue_forward(plan, settings);
+  if (defer) {
+    launched_ids_ = steps * plan.windows();
+    launched_ready_ = false;
+    return;
+  }
+  cuda_try(cudaStreamSynchronize(stream_), "forward");
+  read_results(plan, out);
+}
+
+void CudaTransformer::upload_plan(const cuda::ForwardPlan& plan) {
+  cuda::TransformerState& d = *impl_;
+  const cuda::ForwardMetaLayout& layout = d.meta_layout;
+  unsigned char* hb = d.meta_host.as<unsigned char>();
+  // The previous forward's upload has completed (forward() ends with a sync, a launched
+  // chain was settled).
+  cuda::pack_forward_meta(plan, layout, {hb, d.meta_host.bytes()});
+  unsigned char* db = d.meta.as<unsigned char>();
+  cuda_try(cudaMemcpyAsync(db, hb, plan.upload_bytes, cudaMemcpyHostToDevice, stream_), "metadata upload");
+  if (plan.steps > 1)
+    cuda_try(cudaMemcpyAsync(db + layout.chain, hb + layout.chain, layout.chain_bytes, cudaMemcpyHostToDevice, stream_),
+             "chain metadata upload");
+}
+
+int32_t CudaTransformer::attention_grid(const cuda::ForwardPlan& plan, bool use_graph) {
+  const ModelConfig& c = config_;
+  cuda::TransformerState& d = *impl_;
   // A graph launches the chunk kernel over the pool's capacity of chunks (rows skip the
-  // chunks past their keys); the workspace is sized for that in the constructor. A row's
+  // chunks past their keys); the workspace is sized for that in allocate_kv_pool. A row's
   // chunks and their merge order depend only on its position, so the bits are the same.
-  const int32_t eager_chunks = std::max(plan.max_chunks, chain_chunks);
+  const int32_t eager_chunks = plan.max_chunks;
   const int32_t max_chunks = use_graph ? d.capacity_chunks : eager_chunks;
   if (use_graph && eager_chunks > d.capacity_chunks)
     fail(ErrorCode::internal, "CUDA forward: {} attention chunks, the pool holds {}", eager_chunks,
          d.capacity_chunks);
   if (!use_graph) {
-    const int64_t need_ws = int64_t{total} * c.num_heads * eager_chunks * (c.head_dim + 2) *
+    const int64_t need_ws = int64_t{plan.total_tokens} * c.num_heads * eager_chunks * (c.head_dim + 2) *
                             static_cast<int64_t>(sizeof(float));
     if (static_cast<size_t>(need_ws) > d.workspace.bytes()) {
       cuda_try(cudaStreamSynchronize(stream_), "sync");
-      d.clear_graphs();  // they hold the old workspace's address
+      d.graphs.clear();  // they hold the old workspace's address
       d.workspace.allocate(static_cast<size_t>(need_ws), &device_bytes_);
     }
   }
+  return max_chunks;
+}
 
-  // --- the device side: layers, final norm, LM head, argmax, copies back ---
-  const int64_t H = c.hidden_size, qd = c.q_dim(), I = c.intermediate_size, V = c.vocab_size;
-  const int64_t qkvd = qd + 2 * kvd;
-  const float eps = c.rms_norm_eps;
-  cudaStream_t st = stream_;
-  const bool copy_logits = options_.copy_logits;
-  int32_t* host_ids = d.host_ids(options_.max_tokens, V);
-  // y[0:m] = x W^T through the chosen batch-invariant GEMM; x is [m, k] bf16, dense.
-  auto gemm = [&](const cuda::LtGemm& lt, const uint16_t* xb, const uint16_t* w, float* y, int32_t m, int64_t n,
-                  int64_t k, const char* what) {
-    switch (options_.gemm) {
-      case CudaGemm::rows: cuda_try(cuda::gemm_rows_bf16(xb, k, w, n, k, y, n, m, st), what); break;
-      // With programmatic dependent launch: the weights stream in while the kernel before ends.
-      case CudaGemm::mma: cuda_try(cuda::gemm_mma_bf16(xb, k, w, n, k, y, n, m, st, true), what); break;
-      case CudaGemm::automatic:  // resolved by the constructor; never here
-      case CudaGemm::cublaslt: lt_try(lt.run(xb, w, y, m, st), what); break;
-    }
-  };
-  // Timing studies only (options_.timing_skip): leave out groups of kernels.
-  const bool skip_rest = (options_.timing_skip & 1) != 0, skip_attention = (options_.timing_skip & 2) != 0,
-             skip_gemms = (options_.timing_skip & 4) != 0;
-  key.push_back(options_.timing_skip);
-  // One forward step's device metadata.
-  struct Step {
-    const int64_t* slots;
-    const int32_t *tokens, *pos, *tw, *lr, *bt;
-    const cuda::AttentionWindowDesc* win;
-    int32_t total, logit_rows;
-    int32_t* argmax;  // where the rows' argmax go
-  };
-  // Small forwards as the one fused kernel when it is on (not in staged rounds or timing studies).
-  const bool fused = d.fused_blocks > 0 && !stage && options_.timing_skip == 0;
-  auto enqueue_step = [&](const Step& m) {
-    const int32_t rows_total = m.total;
-    if (fused && rows_total <= cuda::kFusedMaxRows) {
-      const cuda::FusedStep step{m.tokens, m.pos, m.slots, m.tw, m.win, m.bt, m.lr, rows_total, m.logit_rows,
-                                 copy_logits ? d.logits : nullptr, m.argmax};
-      cuda_try(cuda::fused_step(d.fused, step, d.fused_sc, d.fused_blocks, st), "fused step");
-      return;
-    }
-    const cuda::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
-                                     1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-    // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence
-    // embedding, norm, cast / q-k norm, RoPE, KV scatter / attention, cast / residual, next
-    // norm, cast / SiLU gate, cast. Per layer besides the GEMMs: q-k norm + RoPE + KV,
-    // attention (one launch with the counters), two residual + norm, and the SiLU gate
-    // unless the gate_up GEMM writes it (gate_up_silu).
-    if (!skip_rest && c.num_layers > 0)
-      cuda_try(cuda::embedding_rms_norm_bf16(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H,
-                                             d.layers[0].input_norm, eps, d.xb, H, st),
-               "embedding + input norm");
-    else if (!skip_rest)
-      cuda_try(cuda::embedding(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H, st), "embedding");
-    for (int32_t l = 0; l < c.num_layers; ++l) {
-      const Impl::Layer& w = d.layers[static_cast<size_t>(l)];
-      // attention block (the input norm of layer l > 0 ran with the previous residual)
-      if (!skip_gemms) gemm(d.g_qkv, d.xb, w.qkv, d.qkv, rows_total, qkvd, H, "qkv GEMM");
-      if (w.qkv_bias) cuda_try(cuda::add_bias(d.qkv, qkvd, w.qkv_bias, rows_total, qkvd, st), "qkv bias");
-      float* q = d.qkv;
-      float* k = d.qkv + qd;
-      float* v = d.qkv + qd + kvd;
-      // The window's K/V rows go to their pool slots, or in a staged round to the
-      // staging buffer (the window's attention reads them from qkv either way).
-      float* rows_k = stage ? d.stage_rows(l, false, options_.max_tokens, kvd) : d.pool_k[static_cast<size_t>(l)];
-      float* rows_v = stage ? d.stage_rows(l, true, options_.max_tokens, kvd) : d.pool_v[static_cast<size_t>(l)];
-      if (!skip_rest)
-        cuda_try(cuda::qk_norm_rope_kv(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
-                                       c.qk_norm ? w.q_norm : nullptr, c.qk_norm ? w.k_norm : nullptr, eps,
-                                       d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total, rows_k, rows_v, kvd, st),
-                 "qk norm, rope, kv scatter");
-      const cuda::PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd,
-                                 d.block_size, m.bt};
-      const cuda::AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, m.win, m.tw, rows_total,
-                                       max_chunks, d.workspace.as<float>(), d.attention_counters.as<uint32_t>()};
-      if (!skip_rest && !skip_attention) cuda_try(cuda::attention_bf16(shape, pool, batch, d.xb, st), "attention");
-      if (!skip_gemms) gemm(d.g_o, d.xb, w.o, d.tmp, rows_total, H, qd, "o_proj GEMM");
-      // MLP block
-      if (!skip_rest)
-        cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.o_bias, H, w.post_norm, eps, rows_total, H, d.xb, H, st),
-                 "residual + post-attention norm");
-      // The fused SiLU gate's BF16 output [rows, I] lives in gu's memory (unused then); the
-      // unfused gate writes xb, as it reads gu.
-      uint16_t* act = d.gate_up_silu ? reinterpret_cast<uint16_t*>(d.gu) : d.xb;
-      if (d.gate_up_silu) {
-        if (!skip_gemms)
-          cuda_try(cuda::gemm_mma_silu_bf16(d.xb, H, w.gate_up, I, H, act, I, rows_total, st, true),
-                   "gate_up GEMM + SiLU gate");
-      } else {
-        if (!skip_gemms) gemm(d.g_gate_up, d.xb, w.gate_up, d.gu, rows_total, 2 * I, H, "gate_up GEMM");
-        if (w.gate_up_bias)
-          cuda_try(cuda::add_bias(d.gu, 2 * I, w.gate_up_bias, rows_total, 2 * I, st), "gate_up bias");
-        if (!skip_rest) cuda_try(cuda::silu_gate_bf16(d.gu, d.gu + I, 2 * I, rows_total, I, act, I, st), "silu gate");
-      }
-      if (!skip_gemms) gemm(d.g_down, act, w.down, d.tmp, rows_total, H, I, "down_proj GEMM");
-      if (skip_rest) continue;
-      if (l + 1 < c.num_layers)
-        cuda_try(cuda::residual_rms_norm_bf16(d.x, d.tmp, w.down_bias, H,
-                                              d.layers[static_cast<size_t>(l) + 1].input_norm, eps, rows_total, H,
-                                              d.xb, H, st),
-                 "residual + input norm");
-      else
-        cuda_try(cuda::residual_add(d.x, d.tmp, w.down_bias, rows_total, H, H, st), "residual");
-    }
-    // final norm and LM head for the rows that need logits
-    if (m.logit_rows > 0) {
-      // Every row wants logits (decode steps, chain steps, verify windows): the rows are
-      // in place and the gather, a copy, is left out.
-      const bool all_rows = m.logit_rows == rows_total;
-      if (!skip_rest && !all_rows) cuda_try(cuda::gather_rows(d.x, m.lr, m.logit_rows, H, H, d.h, st), "gather");
-      if (!skip_rest)
-        cuda_try(cuda::rms_norm_bf16(all_rows ? d.x : d.h, H, d.final_norm, eps, m.logit_rows, H, d.xb, H, st),
-                 "final norm");
-      if (!skip_gemms) gemm(d.g_head, d.xb, d.lm_head, d.logits, m.logit_rows, V, H, "lm_head GEMM");
-      if (!skip_rest) cuda_try(cuda::argmax(d.logits, m.logit_rows, V, V, m.argmax, st), "argmax");
-    }
-  };
+void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings) {
+  const cuda::TransformerState& d = *impl_;
+  const cuda::ForwardMetaLayout& layout = d.meta_layout;
+  const int64_t V = config_.vocab_size;
+  const unsigned char* db = d.meta.as<unsigned char>();
+  const int32_t nw = plan.windows();
   // Every step, then the copies back: the argmax of each step's rows (a chain's steps lie
   // back to back: nw ids each), and the last step's logits when asked.
-  auto enqueue = [&] {
-    const auto* d_ident = reinterpret_cast<const int32_t*>(db + d.off_ident);
-    const auto* d_bt = reinterpret_cast<const int32_t*>(db + d.off_bt);
-    enqueue_step({reinterpret_cast<const int64_t*>(db + d.off_slots), reinterpret_cast<const int32_t*>(db + d.off_tokens),
-                  reinterpret_cast<const int32_t*>(db + d.off_pos), reinterpret_cast<const int32_t*>(db + d.off_tw),
-                  reinterpret_cast<const int32_t*>(db + d.off_lr), d_bt,
-                  reinterpret_cast<const cuda::AttentionWindowDesc*>(db + d.off_win), total, logit_rows, d.argmax});
-    const auto m = static_cast<size_t>(options_.max_tokens);
-    for (int32_t s = 1; s < steps; ++s)
-      enqueue_step({reinterpret_cast<const int64_t*>(db + d.chain_slots(s)), d.argmax + (s - 1) * nw,
-                    reinterpret_cast<const int32_t*>(db + d.chain_pos(s, m)), d_ident, d_ident, d_bt,
-                    reinterpret_cast<const cuda::AttentionWindowDesc*>(db + d.chain_win(s, m)), nw, nw,
-                    d.argmax + s * nw});
-    const int32_t ids = chain ? steps * nw : logit_rows;
-    if (ids > 0)
-      cuda_try(cudaMemcpyAsync(host_ids, d.argmax, static_cast<size_t>(ids) * 4, cudaMemcpyDeviceToHost, st),
-               "argmax copy");
-    if (copy_logits && logit_rows > 0)
-      cuda_try(cudaMemcpyAsync(d.out_host.as<float>(), d.logits, static_cast<size_t>(logit_rows * V) * sizeof(float),
-                               cudaMemcpyDeviceToHost, st),
-               "logits copy");
-  };
+  const auto* d_ident = reinterpret_cast<const int32_t*>(db + layout.identity);
+  const auto* d_bt = reinterpret_cast<const int32_t*>(db + layout.tables);
+  cuda::enqueue_decoder_step(
+      d, config_, settings,
+      {reinterpret_cast<const int64_t*>(db + layout.slots), reinterpret_cast<const int32_t*>(db + layout.tokens),
+       reinterpret_cast<const int32_t*>(db + layout.positions),
+       reinterpret_cast<const int32_t*>(db + layout.token_window),
+       reinterpret_cast<const int32_t*>(db + layout.logit_index), d_bt,
+       reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.windows), plan.total_tokens, plan.logit_rows,
+       d.argmax},
+      stream_);
+  for (int32_t s = 1; s < plan.steps; ++s)
+    cuda::enqueue_decoder_step(
+        d, config_, settings,
+        {reinterpret_cast<const int64_t*>(db + layout.chain_slots(s)), d.argmax + (s - 1) * nw,
+         reinterpret_cast<const int32_t*>(db + layout.chain_positions(s)), d_ident, d_ident, d_bt,
+         reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.chain_windows(s)), nw, nw,
+         d.argmax + s * nw},
+        stream_);
+  const int32_t ids = plan.ids();
+  if (ids > 0)
+    cuda_try(cudaMemcpyAsync(d.host_ids(options_.max_tokens, V), d.argmax, static_cast<size_t>(ids) * 4,
+                             cudaMemcpyDeviceToHost, stream_),
+             "argmax copy");
+  if (settings.copy_logits && plan.logit_rows > 0)
+    cuda_try(cudaMemcpyAsync(d.out_host.as<float>(), d.logits, static_cast<size_t>(plan.logit_rows * V) * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_),
+             "logits copy");
+}
 
-  if (use_graph) {
-    auto it = d.graphs.find(key);
-    if (it == d.graphs.end()) {
-      cuda_try(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "begin graph capture");
-      cudaGraph_t graph = nullptr;
-      try {
-        enqueue();
-      } catch (...) {
-        cudaStreamEndCapture(st, &graph);
-        if (graph) cudaGraphDestroy(graph);
-        throw;
-      }
-      cuda_try(cudaStreamEndCapture(st, &graph), "end graph capture");
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      cuda_try(status, "graph instantiate");
-      it = d.graphs.emplace(key, exec).first;
-    }
-    cuda_try(cudaGraphLaunch(it->second, st), "graph launch");
-  } else {
-    enqueue();
-  }
-  if (defer) {
-    launched_ids_ = steps * nw;
-    launched_ready_ = false;
-    return;
-  }
-  cuda_try(cudaStreamSynchronize(st), "forward");
-  if (chain) {
+void CudaTransformer::read_results(const cuda::ForwardPlan& plan, CudaLogits& out) {
+  const cuda::TransformerState& d = *impl_;
+  const int64_t V = config_.vocab_size;
+  const int32_t* host_ids = d.host_ids(options_.max_tokens, V);
+  const int32_t nw = plan.windows(), steps = plan.steps, logit_rows = plan.logit_rows;
+  if (plan.chain) {
     chain_ids_.assign(host_ids, host_ids + steps * nw);
     out.argmax_.assign(host_ids + (steps - 1) * nw, host_ids + steps * nw);
     out.data_.clear();
   } else if (logit_rows > 0) {
     out.argmax_.assign(host_ids, host_ids + logit_rows);
-    if (copy_logits)
+    if (options_.copy_logits)
       out.data_.assign(d.out_host.as<float>(), d.out_host.as<float>() + static_cast<int64_t>(logit_rows) * V);
     else
       out.data_.clear();

@@ -37,6 +37,12 @@
 
 namespace specpipe {
 
+namespace cuda {
+struct ForwardPlan;
+struct StepSettings;
+struct TransformerState;
+}  // namespace cuda
+
 /// Logits of one CUDA forward, window by window (rows as in Logits), plus the argmax of
 /// each row computed on the device (lowest index wins ties, as cpu::argmax).
 class CudaLogits {
@@ -200,17 +206,27 @@ class CudaTransformer {
   void read_pool(int32_t layer, std::vector<float>& k, std::vector<float>& v);
 
  private:
-  struct Impl;
   CudaTransformer(const ModelConfig& config, const ModelWeights* weights, uint64_t seed, int32_t kv_blocks,
                   int32_t block_size, CudaTransformerOptions options);
   /// forward_greedy_chain (defer false) and launch_greedy_chain (defer true): the step
   /// check and run() without logits copies.
   void run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer);
   /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
-  /// window and step, in chain_ids_). defer (chains only): return after enqueueing,
-  /// without the sync; see launch_greedy_chain.
+  /// window and step, in chain_ids_): plan (model/cuda/forward_plan.h), upload, replay a
+  /// graph or run the steps (eagerly or into a new graph), copy back. defer (chains only):
+  /// return after enqueueing, without the sync; see launch_greedy_chain.
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out,
            bool defer = false);
+  /// Packs the plan's metadata into the pinned buffer and enqueues its upload.
+  void upload_plan(const cuda::ForwardPlan& plan);
+  /// Attention's chunk grid for the plan: the pool's capacity when graphed, else the
+  /// plan's own (growing the split-K workspace, and dropping the graphs, when it is short).
+  int32_t attention_grid(const cuda::ForwardPlan& plan, bool use_graph);
+  /// Enqueues every step of the plan (model/cuda/decoder_step.h) and the copies back of
+  /// the argmax ids and logits rows: what a graph captures.
+  void enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings);
+  /// After the sync: the ids (and logits rows) from the pinned buffer into `out` / chain_ids_.
+  void read_results(const cuda::ForwardPlan& plan, CudaLogits& out);
   /// A launched chain still on the device: waits for it and keeps its ids for collect
   /// (the next forward reuses the pinned buffer they come back in). Under stream_mutex.
   void settle_launched_chain();
@@ -223,7 +239,7 @@ class CudaTransformer {
   CudaTransformerOptions options_;
   cudaStream_t stream_ = nullptr;
   size_t device_bytes_ = 0;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<cuda::TransformerState> impl_;
   bool stage_rows_ = false;
   CudaLogits chain_logits_;
   std::vector<int32_t> chain_ids_;

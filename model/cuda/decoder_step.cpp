@@ -1,0 +1,113 @@
+#include "model/cuda/decoder_step.h"
+
+#include <cmath>
+
+#include "core/dtype.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "model/cuda/model_ops.h"
+
+namespace specpipe::cuda {
+namespace {
+
+/// y[0:m] = x W^T through the chosen batch-invariant GEMM; x is [m, k] bf16, dense.
+void run_gemm(CudaGemm kind, const LtGemm& lt, const uint16_t* xb, const uint16_t* w, float* y, int32_t m, int64_t n,
+              int64_t k, const char* what, cudaStream_t st) {
+  switch (kind) {
+    case CudaGemm::rows: cuda_try(gemm_rows_bf16(xb, k, w, n, k, y, n, m, st), what); break;
+    // With programmatic dependent launch: the weights stream in while the kernel before ends.
+    case CudaGemm::mma: cuda_try(gemm_mma_bf16(xb, k, w, n, k, y, n, m, st, true), what); break;
+    case CudaGemm::automatic:  // resolved by the constructor; never here
+    case CudaGemm::cublaslt: lt_try(lt.run(xb, w, y, m, st), what); break;
+  }
+}
+
+}  // namespace
+
+void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const StepSettings& s, const StepMeta& m,
+                          cudaStream_t st) {
+  const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
+  const int64_t qkvd = qd + 2 * kvd;
+  const float eps = c.rms_norm_eps;
+  const bool skip_rest = s.skip.rest, skip_attention = s.skip.attention, skip_gemms = s.skip.gemms;
+  const int32_t rows_total = m.total;
+  if (s.fused && rows_total <= kFusedMaxRows) {
+    const FusedStep step{m.tokens, m.pos, m.slots, m.tw, m.win, m.bt, m.lr, rows_total, m.logit_rows,
+                         s.copy_logits ? d.logits : nullptr, m.argmax};
+    cuda_try(fused_step(d.fused, step, d.fused_sc, d.fused_blocks, st), "fused step");
+    return;
+  }
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence
+  // embedding, norm, cast / q-k norm, RoPE, KV scatter / attention, cast / residual, next
+  // norm, cast / SiLU gate, cast. Per layer besides the GEMMs: q-k norm + RoPE + KV,
+  // attention (one launch with the counters), two residual + norm, and the SiLU gate
+  // unless the gate_up GEMM writes it (gate_up_silu).
+  if (!skip_rest && c.num_layers > 0)
+    cuda_try(embedding_rms_norm_bf16(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H, d.layers[0].input_norm,
+                                     eps, d.xb, H, st),
+             "embedding + input norm");
+  else if (!skip_rest)
+    cuda_try(embedding(DType::bf16, d.embed, H, m.tokens, rows_total, d.x, H, st), "embedding");
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const TransformerState::Layer& w = d.layers[static_cast<size_t>(l)];
+    // attention block (the input norm of layer l > 0 ran with the previous residual)
+    if (!skip_gemms) run_gemm(s.gemm, d.g_qkv, d.xb, w.qkv, d.qkv, rows_total, qkvd, H, "qkv GEMM", st);
+    if (w.qkv_bias) cuda_try(add_bias(d.qkv, qkvd, w.qkv_bias, rows_total, qkvd, st), "qkv bias");
+    float* q = d.qkv;
+    float* k = d.qkv + qd;
+    float* v = d.qkv + qd + kvd;
+    // The window's K/V rows go to their pool slots, or in a staged round to the
+    // staging buffer (the window's attention reads them from qkv either way).
+    float* rows_k = s.stage ? d.stage_rows(l, false, s.max_tokens, kvd) : d.pool_k[static_cast<size_t>(l)];
+    float* rows_v = s.stage ? d.stage_rows(l, true, s.max_tokens, kvd) : d.pool_v[static_cast<size_t>(l)];
+    if (!skip_rest)
+      cuda_try(qk_norm_rope_kv(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim, c.qk_norm ? w.q_norm : nullptr,
+                               c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total,
+                               rows_k, rows_v, kvd, st),
+               "qk norm, rope, kv scatter");
+    const PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, d.block_size, m.bt};
+    const AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, m.win, m.tw, rows_total,
+                               s.max_chunks, d.workspace.as<float>(), d.attention_counters.as<uint32_t>()};
+    if (!skip_rest && !skip_attention) cuda_try(attention_bf16(shape, pool, batch, d.xb, st), "attention");
+    if (!skip_gemms) run_gemm(s.gemm, d.g_o, d.xb, w.o, d.tmp, rows_total, H, qd, "o_proj GEMM", st);
+    // MLP block
+    if (!skip_rest)
+      cuda_try(residual_rms_norm_bf16(d.x, d.tmp, w.o_bias, H, w.post_norm, eps, rows_total, H, d.xb, H, st),
+               "residual + post-attention norm");
+    // The fused SiLU gate's BF16 output [rows, I] lives in gu's memory (unused then); the
+    // unfused gate writes xb, as it reads gu.
+    uint16_t* act = d.gate_up_silu ? reinterpret_cast<uint16_t*>(d.gu) : d.xb;
+    if (d.gate_up_silu) {
+      if (!skip_gemms)
+        cuda_try(gemm_mma_silu_bf16(d.xb, H, w.gate_up, I, H, act, I, rows_total, st, true),
+                 "gate_up GEMM + SiLU gate");
+    } else {
+      if (!skip_gemms) run_gemm(s.gemm, d.g_gate_up, d.xb, w.gate_up, d.gu, rows_total, 2 * I, H, "gate_up GEMM", st);
+      if (w.gate_up_bias) cuda_try(add_bias(d.gu, 2 * I, w.gate_up_bias, rows_total, 2 * I, st), "gate_up bias");
+      if (!skip_rest) cuda_try(silu_gate_bf16(d.gu, d.gu + I, 2 * I, rows_total, I, act, I, st), "silu gate");
+    }
+    if (!skip_gemms) run_gemm(s.gemm, d.g_down, act, w.down, d.tmp, rows_total, H, I, "down_proj GEMM", st);
+    if (skip_rest) continue;
+    if (l + 1 < c.num_layers)
+      cuda_try(residual_rms_norm_bf16(d.x, d.tmp, w.down_bias, H, d.layers[static_cast<size_t>(l) + 1].input_norm, eps,
+                                      rows_total, H, d.xb, H, st),
+               "residual + input norm");
+    else
+      cuda_try(residual_add(d.x, d.tmp, w.down_bias, rows_total, H, H, st), "residual");
+  }
+  // final norm and LM head for the rows that need logits
+  if (m.logit_rows > 0) {
+    // Every row wants logits (decode steps, chain steps, verify windows): the rows are
+    // in place and the gather, a copy, is left out.
+    const bool all_rows = m.logit_rows == rows_total;
+    if (!skip_rest && !all_rows) cuda_try(gather_rows(d.x, m.lr, m.logit_rows, H, H, d.h, st), "gather");
+    if (!skip_rest)
+      cuda_try(rms_norm_bf16(all_rows ? d.x : d.h, H, d.final_norm, eps, m.logit_rows, H, d.xb, H, st), "final norm");
+    if (!skip_gemms) run_gemm(s.gemm, d.g_head, d.xb, d.lm_head, d.logits, m.logit_rows, V, H, "lm_head GEMM", st);
+    if (!skip_rest) cuda_try(argmax(d.logits, m.logit_rows, V, V, m.argmax, st), "argmax");
+  }
+}
+
+}  // namespace specpipe::cuda

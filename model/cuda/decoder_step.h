@@ -1,0 +1,56 @@
+#pragma once
+/// One forward step on the device (nano-vllm's ModelRunner.run_model): embedding, every
+/// decoder layer's kernels, the final norm, the LM head and the argmax of the rows that
+/// want logits, enqueued on one stream over a CudaTransformer's device state. Nothing is
+/// synchronised; the caller captures it into a graph or runs it eagerly. A small forward
+/// may go as the one fused kernel instead (model/cuda/fused_step.h). model/cuda/ internal.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/attention_plan.h"
+#include "model/config.h"
+#include "model/cuda/cuda_gemm.h"
+#include "model/cuda/transformer_state.h"
+
+namespace specpipe::cuda {
+
+/// One step's metadata on the device (pointers into the uploaded metadata buffer,
+/// forward_plan.h's layout) and where its argmax ids go.
+struct StepMeta {
+  const int64_t* slots;   ///< [total] pool slots (staged rounds: staging rows)
+  const int32_t* tokens;  ///< [total] token ids
+  const int32_t* pos;     ///< [total] positions
+  const int32_t* tw;      ///< [total] window of each row
+  const int32_t* lr;      ///< [logit_rows] row of each logits row
+  const int32_t* bt;      ///< the windows' block tables
+  const AttentionWindowDesc* win;
+  int32_t total, logit_rows;
+  int32_t* argmax;  ///< [logit_rows] out: the rows' argmax
+};
+
+/// Kernel groups a timing study leaves out (CudaTransformerOptions::timing_skip; the
+/// logits are then meaningless). None in every other forward.
+struct KernelSkip {
+  bool rest = false;       ///< mask 1: every kernel but the GEMMs
+  bool attention = false;  ///< mask 2: the attention kernels
+  bool gemms = false;      ///< mask 4: the GEMMs
+  static KernelSkip from_mask(int32_t mask) { return {(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0}; }
+};
+
+/// What stays the same over the steps of one forward.
+struct StepSettings {
+  CudaGemm gemm;        ///< resolved (never automatic)
+  bool fused;           ///< steps of at most kFusedMaxRows rows run as the fused kernel
+  bool stage;           ///< K/V rows to the staging buffer instead of the pool
+  bool copy_logits;     ///< the fused kernel writes the logits rows too
+  int32_t max_tokens;   ///< rows the scratch and staging buffers hold
+  int32_t max_chunks;   ///< attention's chunk grid (the pool's capacity when graphed)
+  KernelSkip skip;
+};
+
+/// Enqueues one step of `m.total` rows on `stream`.
+void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const StepSettings& s, const StepMeta& m,
+                          cudaStream_t stream);
+
+}  // namespace specpipe::cuda

@@ -1,0 +1,88 @@
+#pragma once
+/// What a CudaTransformer holds on the device (and the pinned host buffers it talks to it
+/// through): weights, the KV pool, scratch, the metadata buffers, GEMM handles, graphs,
+/// the fused step's tables. model/cuda/ internal, shared by cuda_transformer.cpp (which
+/// allocates it) and decoder_step.cpp (which enqueues a step over it).
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/gemm.h"
+#include "model/cuda/device_memory.h"
+#include "model/cuda/forward_plan.h"
+#include "model/cuda/fused_step.h"
+#include "model/cuda/graph_cache.h"
+
+namespace specpipe::cuda {
+
+struct TransformerState {
+  struct Layer {
+    uint16_t *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;  // bf16
+    float *qkv_bias = nullptr, *o_bias = nullptr, *gate_up_bias = nullptr, *down_bias = nullptr;
+    float *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  };
+  DeviceBuffer weights_bf16, weights_f32, rope, pool, scratch, meta, workspace;
+  // Attention's chunk counters ([max_tokens, kv_heads], zero between launches): the chunk
+  // kernel's last block per (row, kv head) merges the row, one launch a layer.
+  DeviceBuffer attention_counters;
+  PinnedBuffer meta_host, out_host;
+  // The argmax ids come back after the logits rows of out_host ([max_tokens, vocab] floats).
+  int32_t* host_ids(int64_t max_tokens, int64_t vocab) const {
+    return reinterpret_cast<int32_t*>(out_host.as<float>() + max_tokens * vocab);
+  }
+  std::vector<Layer> layers;
+  uint16_t* embed = nullptr;
+  uint16_t* lm_head = nullptr;
+  float* final_norm = nullptr;
+  float *rope_cos = nullptr, *rope_sin = nullptr;
+  std::vector<float*> pool_k, pool_v;
+  // scratch
+  float *x = nullptr, *h = nullptr, *qkv = nullptr, *attn = nullptr, *gu = nullptr, *tmp = nullptr,
+        *logits = nullptr;
+  uint16_t* xb = nullptr;
+  int32_t* argmax = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  LtGemm g_qkv, g_o, g_gate_up, g_down, g_head;
+  int32_t num_blocks = 0, block_size = 0;
+  int32_t capacity_chunks = 0;  // split-K chunks of the longest row the pool holds (graphs)
+  // The fixed metadata layout of meta / meta_host (forward_plan.h), set with the pool.
+  ForwardMetaLayout meta_layout;
+  GraphCache graphs;
+  std::mutex copies_mutex;                            // queue_block_copy may run on another thread
+  std::vector<std::pair<int32_t, int32_t>> copies;    // (src, dst) pool blocks, in order
+  // Forwards and the staging strategy's device calls (another actor's thread) take turns
+  // on the stream: nothing from another thread may land inside a graph capture.
+  std::mutex stream_mutex;
+  // Staged rounds: [layer][max_tokens, kv_dim] K and V rows kept out of the pool
+  // (allocated at the first staged forward); slots for write_slots.
+  DeviceBuffer stage, write_slots;
+  float* stage_rows(int32_t layer, bool v, int64_t max_tokens, int64_t kvd) const {
+    const int64_t layer_floats = max_tokens * kvd;
+    return stage.as<float>() + (2 * int64_t{layer} + (v ? 1 : 0)) * layer_floats;
+  }
+
+  // The fused step (options.fused_step; model/cuda/fused_step.h), set up with the pool:
+  // its layer table on the device, its scratch, its grid (0: not served, fused_why says why).
+  DeviceBuffer fused_layers, fused_scratch, fused_trace_buf;
+  FusedModel fused{};
+  FusedScratch fused_sc{};
+  int32_t fused_blocks = 0;
+  // The gate_up GEMM writes the SiLU gate's BF16 output itself (gemm_mma_silu_bf16; its
+  // weights interleaved by 8): mma without the fused step or MLP biases.
+  bool gate_up_silu = false;
+  std::string fused_why = "off";
+
+  TransformerState() = default;
+  TransformerState(const TransformerState&) = delete;
+  TransformerState& operator=(const TransformerState&) = delete;
+  ~TransformerState() {
+    graphs.clear();
+    if (lt) cublasLtDestroy(lt);
+  }
+};
+
+}  // namespace specpipe::cuda
