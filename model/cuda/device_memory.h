@@ -14,7 +14,10 @@ namespace specpipe::cuda {
 inline void cuda_try(cudaError_t status, const char* what) {
   if (status != cudaSuccess) fail(ErrorCode::internal, "CUDA forward: {}: {}", what, cudaGetErrorString(status));
 }
-/// The same for a cuBLASLt status.
+/// v rounded up to a multiple of a.
+inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/// The same as cuda_try for a cuBLASLt status.
 inline void lt_try(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
     fail(ErrorCode::internal, "CUDA forward: {}: cuBLASLt status {}", what, static_cast<int>(status));
