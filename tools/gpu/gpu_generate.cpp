@@ -12,9 +12,11 @@
 //       run with graphs off and on gives bitwise-identical logits at every step and the
 //       same tokens, and speculation (gamma 5) the same tokens and accepted counts, also
 //       with the drafts made one forward per token instead of one greedy chain.
-// --synthetic NAME (llama3-8b, llama3-1b, qwen3-0.6b) instead benchmarks a model of that
+// --synthetic NAME (tools/gpu/synthetic_models.h: llama3-8b, llama3.1-8b, llama3-1b, qwen3-0.6b,
+// qwen3-4b, qwen3-8b) instead benchmarks a model of that
 // shape with seeded random BF16 weights made on the device: decode step at batch 1 after
-// --context tokens against the floor (matrix bytes / device-to-device copy rate measured
+// --context tokens (prefilled up to --prefill-max, 16,384 by default, only booked past
+// it) against the floor (matrix bytes / device-to-device copy rate measured
 // in the same run), verify windows n = 1..9 relative to one decode step, graphs off and
 // on, and graph vs eager bitwise identity of the logits (synthetic_bench.cpp).
 // Prints one JSON object; exits 1 on a token mismatch that is not a near-tie (or on an
@@ -296,6 +298,7 @@ int main(int argc, char** argv) {
   double logit_tol = 0.25;
   std::string synthetic;
   int32_t context = 512;
+  int32_t prefill_max = 16384;
   uint64_t seed = 1;
   int iters = 30;
   for (int i = 1; i < argc; ++i) {
@@ -318,6 +321,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-graphs") gpu_options.graphs = false;
     else if (a == "--synthetic") synthetic = next();
     else if (a == "--context") context = std::stoi(next());
+    else if (a == "--prefill-max") prefill_max = std::stoi(next());
     else if (a == "--seed") seed = std::stoull(next());
     else if (a == "--iters") iters = std::stoi(next());
     else if (a == "--fused-draft") fused_draft = true;
@@ -339,7 +343,7 @@ int main(int argc, char** argv) {
                    "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--repeat N] [--no-timing] "
                    "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm auto|cublaslt|rows|mma] [--draft-gemm auto|cublaslt|rows|mma] "
                    "[--no-graphs] [--fused-draft [--fused-blocks N] [--fused-trace]] "
-                   "[--synthetic NAME [--context N] [--seed S] [--iters N]]\n",
+                   "[--synthetic NAME [--context N] [--prefill-max N] [--seed S] [--iters N]]\n",
                    argv[0]);
       return 2;
     }
@@ -348,7 +352,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   if (!synthetic.empty()) {
     try {
-      report = synthetic_bench(synthetic, context, seed, iters, gpu_options, ok);
+      report = synthetic_bench(synthetic, context, prefill_max, seed, iters, gpu_options, ok);
       report["pass"] = ok;
     } catch (const std::exception& e) {
       report["error"] = e.what();

@@ -15,9 +15,10 @@ namespace specpipe::gpu_tool {
 /// Device-to-device copy rate in bytes per second, counting bytes read and written.
 double copy_bandwidth();
 
-/// Runs the benchmark on the current device. Returns the report; clears `ok` on a graph /
-/// eager difference.
-nlohmann::json synthetic_bench(const std::string& name, int32_t context, uint64_t seed, int iters,
-                               CudaTransformerOptions opt, bool& ok);
+/// Runs the benchmark on the current device after `context` tokens (prefilled through the
+/// model up to `prefill_max`, only booked beyond). Returns the report; clears `ok` on a
+/// graph / eager difference.
+nlohmann::json synthetic_bench(const std::string& name, int32_t context, int32_t prefill_max, uint64_t seed,
+                               int iters, CudaTransformerOptions opt, bool& ok);
 
 }  // namespace specpipe::gpu_tool
