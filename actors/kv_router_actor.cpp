@@ -15,38 +15,60 @@ void make_room(KvStore& kv, SeqId seq, int32_t new_length) {
   if (kv.host_tier()) make_pool_room(kv, kv.blocks_needed(seq, new_length));
 }
 
-void admit(KvStore& kv, AdmitBatch& b) {
+/// Reserves the item's next prefill pass: the whole rest of its context, or with a host
+/// tier the next `chunk` tokens (after moving older blocks to the host if needed). A
+/// failure releases the sequence and becomes the item's error.
+void reserve_prefill(KvStore& kv, AdmitItem& it, int32_t chunk) {
+  const auto context = static_cast<int32_t>(it.context.size());
+  it.prefill_end = kv.host_tier() ? std::min(context, it.prefilled + chunk) : context;
+  try {
+    make_room(kv, it.seq, it.prefill_end);
+    kv.reserve(it.seq, it.prefill_end);
+  } catch (const std::exception& e) {
+    kv.release(it.seq);
+    it.seq = -1;
+    it.error = e.what();
+  }
+}
+
+void admit(KvStore& kv, AdmitBatch& b, int32_t chunk) {
   Stopwatch clock;
   for (AdmitItem& it : b.items) {
     try {
       it.seq = kv.add_sequence(it.context, &it.cached);
-      try {
-        make_room(kv, it.seq, static_cast<int32_t>(it.context.size()));
-        kv.reserve(it.seq, static_cast<int32_t>(it.context.size()));
-      } catch (...) {
-        kv.release(it.seq);
-        it.seq = -1;
-        throw;
-      }
     } catch (const std::exception& e) {
       it.error = e.what();
+      continue;
     }
+    it.prefilled = it.cached;
+    reserve_prefill(kv, it, chunk);
   }
   b.commit_ms += clock.elapsed_ms();
 }
 
-void commit_prefill(KvStore& kv, AdmitBatch& b) {
+/// Commits the pass the verifier just prefilled. Returns true when some item has more
+/// context to prefill (offload: chunk by chunk); its next pass is reserved then.
+bool commit_prefill(KvStore& kv, AdmitBatch& b, int32_t chunk) {
   Stopwatch clock;
+  bool more = false;
   for (AdmitItem& it : b.items) {
     if (it.seq < 0) continue;
     if (it.error.empty()) {
-      kv.commit(it.seq, std::span<const int32_t>(it.context).subspan(static_cast<size_t>(it.cached)));
+      kv.commit(it.seq, std::span<const int32_t>(it.context)
+                            .subspan(static_cast<size_t>(it.prefilled), static_cast<size_t>(it.prefill_end - it.prefilled)));
+      it.prefilled = it.prefill_end;
     } else {
       kv.release(it.seq);  // a failed prefill keeps nothing
       it.seq = -1;
     }
   }
+  for (AdmitItem& it : b.items) {
+    if (it.seq < 0 || it.prefilled == static_cast<int32_t>(it.context.size())) continue;
+    reserve_prefill(kv, it, chunk);
+    more |= it.seq >= 0;
+  }
   b.commit_ms += clock.elapsed_ms();
+  return more;
 }
 
 void reserve(KvStore& kv, RoundBatch& b) {
@@ -100,12 +122,15 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
   auto d = std::make_shared<KvRouterDeps>(std::move(deps));
   return {
       [self, d](AdmitWork& w) {
-        admit(*d->kv, w.b);
+        admit(*d->kv, w.b, d->prefill_chunk);
         self->send(d->peers->verifier, PrefillWork{std::move(w.b)});
       },
       [self, d](PrefillDone& w) {
-        commit_prefill(*d->kv, w.b);
-        self->send(d->peers->scheduler, AdmitDone{std::move(w.b)});
+        if (commit_prefill(*d->kv, w.b, d->prefill_chunk)) {
+          self->send(d->peers->verifier, PrefillWork{std::move(w.b)});  // the next chunk
+        } else {
+          self->send(d->peers->scheduler, AdmitDone{std::move(w.b)});
+        }
       },
       [self, d](ReserveWork& w) {
         reserve(*d->kv, w.b);

@@ -20,6 +20,9 @@ struct KvRouterDeps {
   std::shared_ptr<const Peers> peers;
   std::shared_ptr<KvStore> kv;
   std::shared_ptr<KvWriteSink> sink;  ///< the kv_write strategy (commits after verdicts)
+  /// With a host tier: context tokens per sequence per admission pass (each pass is
+  /// committed before the next, so older blocks can move to the host in between).
+  int32_t prefill_chunk = 256;
 };
 
 /// The kv_write strategy's counters: pool traffic, and a plugin's own metrics.

@@ -5,6 +5,8 @@
 ///
 ///   admission:  scheduler -AdmitWork-> kv-router -PrefillWork-> verifier
 ///               -PrefillDone-> kv-router -AdmitDone-> scheduler
+///               (with offload, kv-router -PrefillWork-> verifier -PrefillDone-> again,
+///               once per prefill chunk)
 ///               (and scheduler -DraftStart-> draft, which prefills its own KV)
 ///   round:      scheduler -DraftWork-> draft -ReserveWork-> kv-router -VerifyWork->
 ///               verifier -VerifyDone-> kv-router -RoundDone-> scheduler
@@ -55,6 +57,12 @@ struct AdmitItem {
   std::vector<int32_t> context;  ///< the prompt without its last token (that one is pending)
   SeqId seq = -1;                ///< filled by the kv-router
   int32_t cached = 0;            ///< context tokens found in the prefix cache
+  /// Context [0, prefilled) is committed; the verifier's next pass prefills
+  /// [prefilled, prefill_end). Without offload one pass covers the whole context; with
+  /// it the kv-router commits chunk by chunk (moving older blocks to the host tier in
+  /// between), so a prompt may be longer than the pool.
+  int32_t prefilled = 0;
+  int32_t prefill_end = 0;
   std::string error;             ///< non-empty: this item failed (and holds no KV)
 };
 

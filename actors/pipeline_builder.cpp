@@ -166,7 +166,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
 std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const PipelineParts& parts) {
   auto peers = std::make_shared<Peers>();
   peers->verifier = system.spawn(verifier, VerifierDeps{peers, parts.target, parts.kv, parts.sink, parts.prefill_chunk});
-  peers->kv_router = system.spawn(kv_router, KvRouterDeps{peers, parts.kv, parts.sink});
+  peers->kv_router = system.spawn(kv_router, KvRouterDeps{peers, parts.kv, parts.sink, parts.prefill_chunk});
   peers->draft = system.spawn(draft, DraftDeps{peers, parts.drafter});
   peers->scheduler = spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner});
   return peers;

@@ -106,15 +106,6 @@ class Scheduler : public scheduler_actor::base {
                                      ? fmt::format(" ({} in the pool, {} on the host tier)", cfg().pool_blocks,
                                                    cfg().kv_blocks - cfg().pool_blocks)
                                      : std::string())};
-    // Offload: the prompt is prefilled in the pool (its window too), other sequences'
-    // oldest blocks making room; only decoded context grows onto the host tier.
-    const int64_t prompt_need =
-        blocks_for(static_cast<int64_t>(r.prompt.size()) + (gamma == 0 ? 0 : cfg().max_gamma) + 1);
-    if (cfg().pool_blocks < cfg().kv_blocks && prompt_need > cfg().pool_blocks)
-      return Refusal{"out_of_capacity",
-                     fmt::format("prompt of {} tokens needs {} pool blocks to be prefilled, the pool has {} (with "
-                                 "offload only decoded context moves to the host tier)",
-                                 r.prompt.size(), prompt_need, cfg().pool_blocks)};
     return std::nullopt;
   }
 

@@ -22,8 +22,8 @@ struct SchedulerConfig {
   int32_t max_batch = 32;      ///< sequences per round
   int32_t max_queue = 1024;    ///< waiting requests beyond which new ones are refused
   int64_t kv_blocks = 0;       ///< blocks of the target KV, pool and host tier (the draft's is as large)
-  /// Blocks of the target's pool alone: with offload (kv_blocks > pool_blocks) a prompt
-  /// is prefilled in the pool, so it must fit there; decoded context may grow past it.
+  /// Blocks of the target's pool alone (with offload, kv_blocks - pool_blocks are on the
+  /// host tier).
   int64_t pool_blocks = 0;
   int32_t block_size = 16;
   int32_t max_positions = 0;   ///< smallest max_position_embeddings of target and draft

@@ -25,8 +25,10 @@ void prefill(VerifierState& st, AdmitBatch& b) {
   Stopwatch clock;
   std::vector<PrefillItem> items;
   for (const AdmitItem& it : b.items)
-    if (it.error.empty() && static_cast<size_t>(it.cached) < it.context.size())
-      items.push_back({it.seq, std::span<const int32_t>(it.context).subspan(static_cast<size_t>(it.cached))});
+    if (it.error.empty() && it.prefilled < it.prefill_end)
+      items.push_back({it.seq, std::span<const int32_t>(it.context)
+                                   .subspan(static_cast<size_t>(it.prefilled),
+                                            static_cast<size_t>(it.prefill_end - it.prefilled))});
   try {
     if (!items.empty()) prefill_windows(*st.deps.target, *st.deps.kv, *st.deps.sink, items, st.deps.prefill_chunk, st.logits);
   } catch (const std::exception& e) {

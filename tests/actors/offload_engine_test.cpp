@@ -88,8 +88,10 @@ TEST(OffloadErrors, ADeviceIsRefusedUntilItStreamsHostKv) {
   EXPECT_NE(std::string(e.what()).find("CPU backend only"), std::string::npos) << e.what();
 }
 
-// A context beyond pool + host tier, and a prompt longer than the pool, get one
-// out_of_capacity error each; the next request is served as if nothing happened.
+// A context beyond pool + host tier gets one out_of_capacity error naming both; the
+// next requests are served as if nothing happened, a prompt longer than the pool too
+// (prefilled chunk by chunk, its oldest blocks moving to the host in between), with the
+// tokens of an engine whose pool holds everything.
 TEST(OffloadErrors, AContextBeyondEveryTierIsOneErrorAndTheEngineKeepsServing) {
   actors::Engine engine(offload_config({"draft_model", DrafterKind::model, false, false}));
   const auto& c = test::golden_public()["cases"][0];
@@ -98,9 +100,15 @@ TEST(OffloadErrors, AContextBeyondEveryTierIsOneErrorAndTheEngineKeepsServing) {
   EXPECT_EQ(beyond.error_code, "out_of_capacity") << beyond.error;
   EXPECT_NE(beyond.error.find("on the host tier"), std::string::npos) << beyond.error;
   const auto long_prompt = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
-  const actors::Completion too_long =
-      engine.generate(test::greedy_request(std::vector<int32_t>(long_prompt.begin(), long_prompt.begin() + 400), 8));
-  EXPECT_EQ(too_long.error_code, "out_of_capacity") << too_long.error;
+  const std::vector<int32_t> prompt(long_prompt.begin(), long_prompt.begin() + 700);  // the pool holds 256
+  const actors::Completion longer = engine.generate(test::greedy_request(prompt, 24));
+  ASSERT_EQ(longer.reason, FinishReason::length) << longer.error;
+  PipelineConfig all_in_pool = test::demo_engine_config(4);
+  all_in_pool.drafter.max_gamma = 8;
+  actors::Engine reference(all_in_pool);
+  const actors::Completion want = reference.generate(test::greedy_request(prompt, 24));
+  EXPECT_EQ(longer.tokens, want.tokens);
+  EXPECT_EQ(longer.stats.accepted_per_round, want.stats.accepted_per_round);
   const actors::Completion fine = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 96));
   EXPECT_EQ(fine.tokens, test::ids(c["target_greedy_96"]));
   expect_drained_after_offload(engine);
