@@ -187,7 +187,12 @@ nlohmann::json stats_json(const SpecStats& s) {
 }
 
 nlohmann::json kv_json(const KvOccupancy& kv) {
-  return {{"free_blocks", kv.free_blocks}, {"total_blocks", kv.total_blocks}, {"sequences", kv.sequences}};
+  nlohmann::json j = {{"free_blocks", kv.free_blocks}, {"total_blocks", kv.total_blocks}, {"sequences", kv.sequences}};
+  if (kv.host_total_blocks > 0) {  // offload: the host tier
+    j["host_free_blocks"] = kv.host_free_blocks;
+    j["host_total_blocks"] = kv.host_total_blocks;
+  }
+  return j;
 }
 
 std::string final_reply(const std::string& id, const actors::Completion& c) {

@@ -3,13 +3,16 @@
 // the invariants and the error cases.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "kv_pattern.h"
 #include "kvstore/kv_store.h"
+#include "kvstore/offload_policy.h"
 
 namespace specpipe::offload_test {
 
@@ -210,6 +213,92 @@ TEST(KvStoreOffload, OffloadedCachedBlocksStayReusableInThePool) {
   store.check_invariants();
   EXPECT_EQ(store.occupancy().host_free_blocks, 8);
   EXPECT_EQ(store.occupancy().host_total_blocks, 8);
+}
+
+// Random operations with the host tier in play: add (prefix-cache hits), reserve + write
+// + commit a window (offloading first when the pool cannot serve it, as the KV-router
+// does), rollback truncates (below the host boundary too), offload, release. After each
+// one the invariants hold and every committed position, on the host or in the pool,
+// reads back its K/V; at the end both tiers are empty.
+TEST(KvStoreOffload, RandomOperationsKeepEveryPositionAndTheInvariants) {
+  for (const uint64_t seed : {1u, 2u, 3u, 4u}) {
+    for (const bool cache : {true, false}) {
+      std::mt19937_64 rng(seed);
+      auto below = [&](int32_t n) { return static_cast<int32_t>(rng() % static_cast<uint64_t>(n)); };
+      KvStore store = store_with(12, 24, cache);
+      std::map<SeqId, std::vector<int32_t>> model;  // committed tokens
+      const std::vector<int32_t> stem = tokens_from(500, 40);
+      int offloads = 0, host_rollbacks = 0, refusals = 0;
+      for (int op = 0; op < 1500; ++op) {
+        const int32_t kind = below(10);
+        if (model.empty() || (kind == 0 && model.size() < 4)) {
+          std::vector<int32_t> prompt(stem.begin(), stem.begin() + 1 + below(40));
+          const SeqId seq = store.add_sequence(prompt);
+          model[seq].assign(prompt.begin(), prompt.begin() + store.length(seq));
+          continue;
+        }
+        auto it = model.begin();
+        std::advance(it, below(static_cast<int32_t>(model.size())));
+        const SeqId seq = it->first;
+        std::vector<int32_t>& tokens = it->second;
+        const auto length = static_cast<int32_t>(tokens.size());
+        if (kind <= 5) {  // a window of up to 6 tokens, some of it accepted
+          const int32_t n = 1 + below(6);
+          try {
+            make_pool_room(store, store.blocks_needed(seq, length + n));
+            store.reserve(seq, length + n);
+          } catch (const Error& e) {
+            ASSERT_EQ(e.code(), ErrorCode::out_of_capacity) << e.what();
+            ++refusals;
+            continue;
+          }
+          std::vector<int32_t> window;
+          for (int32_t i = 0; i < n; ++i) window.push_back(below(3));
+          std::vector<int32_t> all = tokens;
+          all.insert(all.end(), window.begin(), window.end());
+          const auto keys = prefix_keys(all);
+          write_positions(store, seq, length, std::span(keys).subspan(static_cast<size_t>(length)));
+          const int32_t accepted = below(n + 1);
+          store.commit(seq, std::span(window).first(static_cast<size_t>(accepted)));
+          tokens.insert(tokens.end(), window.begin(), window.begin() + accepted);
+          store.truncate(seq, store.length(seq));
+        } else if (kind == 6) {  // rollback, below the host boundary too
+          const int32_t to = below(length + 1);
+          const bool below_host = to < store.host_blocks(seq) * kBlock;
+          try {
+            store.truncate(seq, to);
+          } catch (const Error& e) {
+            ASSERT_EQ(e.code(), ErrorCode::out_of_capacity) << e.what();
+            ++refusals;
+            continue;
+          }
+          host_rollbacks += below_host ? 1 : 0;
+          tokens.resize(static_cast<size_t>(to));
+        } else if (kind <= 8) {
+          const int32_t n = std::min(store.offloadable_blocks(seq), store.host_tier()->free_blocks());
+          if (n > 0) {
+            store.offload_prefix(seq, 1 + below(n));
+            ++offloads;
+          }
+        } else {
+          store.release(seq);
+          model.erase(it);
+          store.check_invariants();
+          continue;
+        }
+        store.check_invariants();
+        ASSERT_TRUE(std::ranges::equal(store.tokens(seq), tokens));
+        ASSERT_TRUE(holds(store, seq, prefix_keys(tokens))) << "seed " << seed << " op " << op;
+      }
+      EXPECT_GT(offloads, 20);
+      EXPECT_GT(host_rollbacks, 5);
+      for (const auto& entry : model) store.release(entry.first);
+      store.check_invariants();
+      EXPECT_EQ(store.free_blocks(), store.total_blocks());
+      EXPECT_EQ(store.host_tier()->free_blocks(), store.host_tier()->total_blocks());
+      ::testing::Test::RecordProperty("refusals", refusals);
+    }
+  }
 }
 
 }  // namespace specpipe::offload_test

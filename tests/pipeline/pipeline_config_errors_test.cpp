@@ -61,7 +61,14 @@ TEST_P(PipelineConfigRejects, NamingSourceAndKey) {
 const BadConfig kBadConfigs[] = {
   // Unknown keys, at every level.
   {"UnknownTopLevelKey", "modles: {target: x}", "modles",
-   "unknown key (known: version, models, device, threads, kv, slots, scheduler, server, defaults, logging, plugins)"},
+   "unknown key (known: version, models, device, threads, kv, offload, slots, scheduler, server, defaults, logging, "
+   "plugins)"},
+  {"UnknownOffloadKey", "offload: {host: 4}", "offload.host", "known: enable, host_bytes, ring_slots, policy"},
+  {"OffloadRingSlotsBelowTwo", "offload: {enable: true, ring_slots: 1}", "offload.ring_slots",
+   "1 is out of range [2, 64]"},
+  {"OffloadHostBytesZero", "offload: {host_bytes: 0}", "offload.host_bytes", "0 is out of range [1, "},
+  {"OffloadUnknownPolicy", "offload: {policy: lru}", "offload.policy", "unknown value \"lru\" (known: longest)"},
+  {"OffloadEnableNotABool", "offload: {enable: yes}", "offload.enable", ""},
   {"UnknownNestedKey", "slots: {drafter: {gama: 4}}", "slots.drafter.gama",
    "unknown key (known: type, gamma, max_gamma, ngram, draft_ahead)"},
   {"UnknownDeepKey", "slots: {drafter: {ngram: {max: 4}}}", "slots.drafter.ngram.max", "known: max_n, min_n"},
