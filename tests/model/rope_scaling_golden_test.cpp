@@ -101,8 +101,9 @@ TEST(RopeScalingGolden, CpuForwardEqualsHuggingFace) { check_device(Device{}, 1e
 TEST(RopeScalingGolden, DeviceForwardEqualsHuggingFace) {
   const char* name = std::getenv("SPECPIPE_TEST_DEVICE");
   if (!name || !*name || Device::parse(name).kind == DeviceKind::cpu) GTEST_SKIP() << "no device named";
-  // BF16 weights and GEMM inputs on the device (ARCHITECTURE.md section 7).
-  check_device(Device::parse(name), 2e-2);
+  // BF16 weights and GEMM inputs on the device (ARCHITECTURE.md section 7): 0.036-0.052
+  // on an H100 (2026-11-25), about half of this; the scalings differ by more than 0.5.
+  check_device(Device::parse(name), 0.1);
 }
 
 }  // namespace
