@@ -64,6 +64,7 @@ struct RunResult {
   double decode_ms = 0;
   SpecStats stats;             // summed over prompts
   std::vector<std::vector<int32_t>> outputs;
+  nlohmann::json offload;      // with offload: the engine's counters over every run of the row (warm-up included)
 };
 
 RunResult run_config(actors::Engine& engine, const std::vector<Prompt>& prompts, int32_t gamma) {
@@ -114,6 +115,7 @@ int run_bench(const BenchOptions& o) {
     prompts = load_prompts(o.prompts, engine.tokenizer(), o.max_tokens);
     run_config(engine, prompts, 0);  // warm-up: page in weights, grow scratch
     plain = median_run(engine, prompts, 0, o.repeat);
+    if (plain_cfg.offload.enable) plain.offload = engine.strategy_metrics()["offload"];
   }
   // One plain decode step: the verify forward of a 1-token window.
   const double t_step = plain.stats.verify_ms / static_cast<double>(plain.stats.rounds);
@@ -124,6 +126,7 @@ int run_bench(const BenchOptions& o) {
     actors::Engine engine(cfg);
     run_config(engine, prompts, gamma);
     RunResult r = median_run(engine, prompts, gamma, o.repeat);
+    if (cfg.offload.enable) r.offload = engine.strategy_metrics()["offload"];
     const SpecStats& s = r.stats;
     const double per_round = (s.draft_ms + s.verify_ms) / static_cast<double>(s.rounds);
     const double predicted = s.tokens_per_step() * t_step / per_round;
@@ -158,7 +161,15 @@ int run_bench(const BenchOptions& o) {
                    {"accepted_hist", s.accepted_hist}, {"draft_ms", s.draft_ms}, {"verify_ms", s.verify_ms},
                    {"commit_ms", s.commit_ms}, {"messaging_ms", s.messaging_ms}, {"drafted_ahead", s.drafted_ahead},
                    {"identical_to_plain", r.identical}});
+    if (!r.run.offload.is_null()) out.back()["offload"] = r.run.offload;
   }
+  for (const Row& r : rows)
+    if (!r.run.offload.is_null())
+      std::printf("offload %-12s gamma %d: %lld bytes to the host tier, ring %lld loads, %lld stalls (%.1f ms)\n",
+                  r.name.c_str(), r.gamma, static_cast<long long>(r.run.offload["bytes_to_host"].get<int64_t>()),
+                  static_cast<long long>(r.run.offload["ring_loads"].get<int64_t>()),
+                  static_cast<long long>(r.run.offload["ring_stalls"].get<int64_t>()),
+                  r.run.offload["ring_stall_ms"].get<double>());
   const nlohmann::json doc = {{"prompts", o.prompts}, {"repeat", o.repeat}, {"device", plain_cfg.device},
                               {"threads", cpu::num_threads()},
                               {"plain_step_ms", t_step}, {"results", out}, {"wall_s", total.elapsed_ms() / 1000}};
