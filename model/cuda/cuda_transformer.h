@@ -208,8 +208,8 @@ class CudaTransformer {
  private:
   CudaTransformer(const ModelConfig& config, const ModelWeights* weights, uint64_t seed, int32_t kv_blocks,
                   int32_t block_size, CudaTransformerOptions options);
-  /// forward_greedy_chain (defer false) and launch_greedy_chain (defer true): the step
-  /// check and run() without logits copies.
+  /// forward_greedy_chain (defer false) and launch_greedy_chain (defer true): run()
+  /// without logits copies (the plan checks the step count).
   void run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer);
   /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
   /// window and step, in chain_ids_): plan (model/cuda/forward_plan.h), upload, replay a
