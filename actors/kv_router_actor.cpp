@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include "core/error.h"
 #include "core/timer.h"
 #include "kvstore/offload_policy.h"
 #include "pipeline/plugin_kv_writer.h"
@@ -15,20 +16,45 @@ void make_room(KvStore& kv, SeqId seq, int32_t new_length) {
   if (kv.host_tier()) make_pool_room(kv, kv.blocks_needed(seq, new_length));
 }
 
-/// Reserves the item's next prefill pass: the whole rest of its context, or with a host
-/// tier the next `chunk` tokens (after moving older blocks to the host if needed). A
-/// failure releases the sequence and becomes the item's error.
-void reserve_prefill(KvStore& kv, AdmitItem& it, int32_t chunk) {
-  const auto context = static_cast<int32_t>(it.context.size());
-  it.prefill_end = kv.host_tier() ? std::min(context, it.prefilled + chunk) : context;
-  try {
-    make_room(kv, it.seq, it.prefill_end);
-    kv.reserve(it.seq, it.prefill_end);
-  } catch (const std::exception& e) {
-    kv.release(it.seq);
-    it.seq = -1;
-    it.error = e.what();
+/// The sequence gives its KV back and the item fails with `why`.
+void fail_item(KvStore& kv, AdmitItem& it, const std::string& why) {
+  kv.release(it.seq);
+  it.seq = -1;
+  it.error = why;
+}
+
+/// Reserves every unfinished item's next prefill pass: the whole rest of its context,
+/// or with a host tier the next `chunk` tokens, after moving older blocks to the host
+/// when the pool cannot serve it. With a host tier an item the pool cannot serve yet
+/// (the blocks that could move are not committed yet) waits a pass while others
+/// progress; when none can progress, the waiting ones fail. Returns whether any item
+/// has a pass to run.
+bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b, int32_t chunk) {
+  std::vector<std::pair<AdmitItem*, std::string>> waiting;
+  bool progress = false;
+  for (AdmitItem& it : b.items) {
+    if (it.seq < 0) continue;
+    const auto context = static_cast<int32_t>(it.context.size());
+    it.prefill_end = kv.host_tier() ? std::min(context, it.prefilled + chunk) : context;
+    if (it.prefill_end == it.prefilled) continue;
+    try {
+      make_room(kv, it.seq, it.prefill_end);
+      kv.reserve(it.seq, it.prefill_end);
+      progress = true;
+    } catch (const Error& e) {
+      if (kv.host_tier() && e.code() == ErrorCode::out_of_capacity) {
+        it.prefill_end = it.prefilled;  // nothing this pass
+        waiting.emplace_back(&it, e.what());
+      } else {
+        fail_item(kv, it, e.what());
+      }
+    } catch (const std::exception& e) {
+      fail_item(kv, it, e.what());
+    }
   }
+  if (!progress)
+    for (auto& [it, why] : waiting) fail_item(kv, *it, why);
+  return progress;
 }
 
 void admit(KvStore& kv, AdmitBatch& b, int32_t chunk) {
@@ -41,16 +67,15 @@ void admit(KvStore& kv, AdmitBatch& b, int32_t chunk) {
       continue;
     }
     it.prefilled = it.cached;
-    reserve_prefill(kv, it, chunk);
   }
+  reserve_prefill_pass(kv, b, chunk);
   b.commit_ms += clock.elapsed_ms();
 }
 
 /// Commits the pass the verifier just prefilled. Returns true when some item has more
-/// context to prefill (offload: chunk by chunk); its next pass is reserved then.
+/// context to prefill (offload: chunk by chunk); that next pass is reserved then.
 bool commit_prefill(KvStore& kv, AdmitBatch& b, int32_t chunk) {
   Stopwatch clock;
-  bool more = false;
   for (AdmitItem& it : b.items) {
     if (it.seq < 0) continue;
     if (it.error.empty()) {
@@ -62,11 +87,7 @@ bool commit_prefill(KvStore& kv, AdmitBatch& b, int32_t chunk) {
       it.seq = -1;
     }
   }
-  for (AdmitItem& it : b.items) {
-    if (it.seq < 0 || it.prefilled == static_cast<int32_t>(it.context.size())) continue;
-    reserve_prefill(kv, it, chunk);
-    more |= it.seq >= 0;
-  }
+  const bool more = reserve_prefill_pass(kv, b, chunk);
   b.commit_ms += clock.elapsed_ms();
   return more;
 }

@@ -51,6 +51,32 @@ INSTANTIATE_TEST_SUITE_P(Strategies, OffloadGolden,
                                            Strategy{"nwor_scv", DrafterKind::model, true, true}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
+// Eight requests at once through a 384-token pool: one admission batch prefills them
+// chunk by chunk (an item waits a pass while the pool cannot serve it yet), rounds batch
+// sequences with host blocks beside ones without, and the policy picks among them.
+TEST(OffloadConcurrent, BatchedRequestsEqualTheGoldenOutput) {
+  PipelineConfig config = offload_config({"draft_model", DrafterKind::model, false, false});
+  config.kv.tokens = 384;
+  config.offload.host_bytes = int64_t{32} << 20;
+  config.scheduler.max_batch = 8;
+  config.scheduler.prefill_chunk = 64;
+  actors::Engine engine(config);
+  test::Completions done;
+  const auto& cases = test::golden_public()["cases"];
+  for (size_t i = 0; i < cases.size(); ++i) {
+    actors::RequestSpec spec = test::greedy_request(test::ids(cases[i]["prompt_ids"]), 96);
+    engine.submit(std::move(spec), done.sink());
+  }
+  const auto got = done.wait(cases.size());
+  size_t i = 0;
+  for (const auto& [id, completion] : got) {
+    ASSERT_EQ(completion.reason, FinishReason::length) << completion.error;
+    EXPECT_EQ(completion.tokens, test::ids(cases[i]["target_greedy_96"])) << "case " << i;
+    ++i;
+  }
+  expect_drained_after_offload(engine);
+}
+
 Error engine_error(const PipelineConfig& config) {
   try {
     actors::Engine engine(config);
