@@ -48,10 +48,11 @@ double rope_attention_factor(const RopeScaling& scaling);
 
 class RopeTable {
  public:
-  /// Precomputes cos/sin for positions [0, max_positions). The angle is computed in
+  /// Precomputes cos/sin for positions [0, max_positions); `scaling` has no default, so
+  /// no caller drops a config's scaling by omission. The angle is computed in
   /// float32 as pos * inv_freq[i], as Hugging Face does. `model_positions` is the
   /// model's max_position_embeddings (YaRN's ramp reads it; 0 = max_positions).
-  RopeTable(int32_t head_dim, double theta, int32_t max_positions, const RopeScaling& scaling = {},
+  RopeTable(int32_t head_dim, double theta, int32_t max_positions, const RopeScaling& scaling,
             int32_t model_positions = 0);
 
   int32_t head_dim() const { return head_dim_; }

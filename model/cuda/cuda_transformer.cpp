@@ -79,7 +79,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
                                             &device_bytes_);
 
   // --- RoPE table: the CPU table's cos/sin, bit for bit ---
-  const cpu::RopeTable table(c.head_dim, c.rope_theta, c.max_position_embeddings);
+  const cpu::RopeTable table(c.head_dim, c.rope_theta, c.max_position_embeddings, c.rope_scaling);
   const size_t rope_floats = static_cast<size_t>(c.max_position_embeddings) * static_cast<size_t>(c.head_dim / 2);
   d.rope.allocate(2 * rope_floats * sizeof(float), &device_bytes_);
   d.rope_cos = d.rope.as<float>();

@@ -49,7 +49,7 @@ TEST(RmsNorm, MatchesNaiveAndIsRowIndependent) {
 
 TEST(Rope, RotatesPairsByPositionAngle) {
   const int32_t hd = 64;
-  RopeTable table(hd, 1e5, 8192);
+  RopeTable table(hd, 1e5, 8192, {});
   for (int32_t pos : {0, 1, 17, 4000, 8191}) {
     auto x = randn(2 * hd, pos + 3);
     auto y = x;

@@ -72,7 +72,7 @@ void check_norms(Report& report, cudaStream_t stream, const Options& options) {
 void check_rope(Report& report, cudaStream_t stream, const Options& options) {
   const int32_t head_dim = 128, heads = 40, max_pos = 8192;  // 32 q heads + 8 k heads side by side
   const int64_t rows = 6, ld = heads * head_dim + 16;
-  const cpu::RopeTable table(head_dim, 500000.0, max_pos);
+  const cpu::RopeTable table(head_dim, 500000.0, max_pos, {});
   const std::vector<int32_t> positions = {0, 1, 4095, 8191, 77, 5000};
   auto x = random_floats(static_cast<size_t>(rows * ld), 31);
   std::vector<float> ref = x;
@@ -227,7 +227,7 @@ void check_fused(Report& report, cudaStream_t stream) {
     for (bool norm : {false, true}) {
       const int64_t rows = 7, qd = int64_t{sh.heads} * sh.hd, kvd = int64_t{sh.kv} * sh.hd, ld = qd + 2 * kvd + 8;
       const int32_t max_pos = 4096;
-      const cpu::RopeTable table(sh.hd, 500000.0, max_pos);
+      const cpu::RopeTable table(sh.hd, 500000.0, max_pos, {});
       const std::vector<float> cos(table.cos(0), table.cos(0) + int64_t{max_pos} * sh.hd / 2);
       const std::vector<float> sin(table.sin(0), table.sin(0) + int64_t{max_pos} * sh.hd / 2);
       const std::vector<int32_t> positions = {0, 1, 4095, 77, 78, 2000, 3};
