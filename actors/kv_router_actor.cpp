@@ -79,8 +79,8 @@ bool commit_prefill(KvStore& kv, AdmitBatch& b, int32_t chunk) {
   for (AdmitItem& it : b.items) {
     if (it.seq < 0) continue;
     if (it.error.empty()) {
-      kv.commit(it.seq, std::span<const int32_t>(it.context)
-                            .subspan(static_cast<size_t>(it.prefilled), static_cast<size_t>(it.prefill_end - it.prefilled)));
+      const auto pass = std::span<const int32_t>(it.context).subspan(static_cast<size_t>(it.prefilled));
+      kv.commit(it.seq, pass.first(static_cast<size_t>(it.prefill_end - it.prefilled)));
       it.prefilled = it.prefill_end;
     } else {
       kv.release(it.seq);  // a failed prefill keeps nothing

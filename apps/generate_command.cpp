@@ -62,7 +62,8 @@ int run_generate(const GenerateOptions& o) {
   if (c.reason == FinishReason::error) fail(ErrorCode::invalid_argument, "{}", c.error);
   std::fputs("\n---\n", stdout);
   std::fputs(format_summary(c, config).c_str(), stdout);
-  if (!config.plugins.empty() || config.offload.enable) std::fputs(format_strategy_summary(engine.strategy_metrics()).c_str(), stdout);
+  if (!config.plugins.empty() || config.offload.enable)
+    std::fputs(format_strategy_summary(engine.strategy_metrics()).c_str(), stdout);
   return 0;
 }
 

@@ -179,7 +179,8 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
   const cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                   1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   if (ring) {
-    // This layer's host-tier K/V: the dense segment in front of each pool prefix.
+    // This layer's host-tier K/V: the dense segment in front of each pool prefix. The
+    // slot is taken as late and given back as early as the attention allows.
     const RingSlot slot = ring->acquire(layer);
     for (size_t wi = 0; wi < windows.size(); ++wi) {
       cpu::PagedPrefix& p = attn[wi].prefix;
@@ -187,11 +188,9 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
       p.dense_k = slot.k + ring->offset(wi) * t.slot_stride();
       p.dense_v = slot.v + ring->offset(wi) * t.slot_stride();
     }
-    cpu::attention(shape, attn);
-    ring->release(layer);
-  } else {
-    cpu::attention(shape, attn);
   }
+  cpu::attention(shape, attn);
+  if (ring) ring->release(layer);
   // x += o_proj(attn): the residual add is fused into the projection.
   const cpu::LinearTarget o = target(pw.o, w.o_bias, s.x.data(), hidden, true);
   cpu::linear(s.attn.data(), total, qd, qd, {&o, 1});
