@@ -77,6 +77,28 @@ TEST(OffloadConcurrent, BatchedRequestsEqualTheGoldenOutput) {
   expect_drained_after_offload(engine);
 }
 
+// Sampling (lossless rejection sampling with the draft model): the logits are the same
+// bits with offload, so a seeded request samples the same tokens as without it.
+TEST(OffloadSampling, SeededRequestsSampleTheSameTokensAsWithoutOffload) {
+  PipelineConfig with = offload_config({"draft_model", DrafterKind::model, false, false});
+  PipelineConfig without = test::demo_engine_config(4);
+  without.drafter.max_gamma = 8;
+  actors::Engine offloaded(with), reference(without);
+  const auto& cases = test::golden_public()["cases"];
+  for (size_t i : {0u, 3u, 10u}) {
+    actors::RequestSpec spec = test::greedy_request(test::ids(cases[i]["prompt_ids"]), 96);
+    spec.params.sampling.temperature = 0.8f;
+    spec.params.sampling.top_p = 0.95f;
+    spec.params.seed = 1234 + i;
+    const actors::Completion got = offloaded.generate(spec);
+    const actors::Completion want = reference.generate(spec);
+    ASSERT_EQ(got.reason, FinishReason::length) << got.error;
+    EXPECT_EQ(got.tokens, want.tokens) << "case " << i;
+    EXPECT_EQ(got.stats.accepted_per_round, want.stats.accepted_per_round) << "case " << i;
+  }
+  expect_drained_after_offload(offloaded);
+}
+
 Error engine_error(const PipelineConfig& config) {
   try {
     actors::Engine engine(config);
