@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -206,6 +207,52 @@ void check_invariance(Report& report, cudaStream_t stream) {
                  full.data(), full.size());
 }
 
+/// Verify windows on the window kernel (2..16 rows a batch: each chunk's K/V loaded once for
+/// a group of a window's rows): one sequence at a long prefix P whose window of N tokens is
+/// also in the pool. Decode at P + i (one row: the chunk kernel), every window [P, P + n)
+/// and every window [P + a, P + N) must give window N's rows bit for bit.
+void check_window_invariance(Report& report, cudaStream_t stream, int32_t heads, int32_t kv, int32_t hd, int32_t P,
+                             int32_t N, uint32_t seed) {
+  const cuda::AttentionShape s = shape_of(heads, kv, hd);
+  const int64_t ldq = int64_t{heads} * hd, ldkv = int64_t{kv} * hd;
+  PoolFixture pool(kv, hd, (P + N) / kBlockSize + 2, seed);
+  const auto table = pool.table(P + N, seed + 1);
+  const auto q = random_floats(static_cast<size_t>(N * ldq), seed + 2, -2.0f, 2.0f);
+  const auto k = random_floats(static_cast<size_t>(N * ldkv), seed + 3, -2.0f, 2.0f);
+  const auto v = random_floats(static_cast<size_t>(N * ldkv), seed + 4);
+  for (int32_t i = 0; i < N; ++i) {
+    const int64_t slot = pool.slot(table, P + i);
+    std::copy_n(k.begin() + i * ldkv, ldkv, pool.k.begin() + slot * pool.stride);
+    std::copy_n(v.begin() + i * ldkv, ldkv, pool.v.begin() + slot * pool.stride);
+  }
+  pool.upload();
+  const auto full = gpu_attention(s, pool, {{P, N, &table, q.data(), k.data(), v.data()}}, stream);
+  const std::string name = fmt::format("attention_window h{} kv{} hd{} P{} N{}", heads, kv, hd, P, N);
+  std::vector<float> decode;
+  for (int32_t i = 0; i < N; ++i) {
+    const auto row = gpu_attention(
+        s, pool, {{P + i, 1, &table, q.data() + i * ldq, k.data() + i * ldkv, v.data() + i * ldkv}}, stream);
+    decode.insert(decode.end(), row.begin(), row.end());
+  }
+  report.bitwise(name + ": decode(P+i) == window row i", decode.data(), full.data(), full.size());
+  std::vector<float> got, want;
+  for (int32_t n = 2; n < N; ++n) {
+    const auto out = gpu_attention(s, pool, {{P, n, &table, q.data(), k.data(), v.data()}}, stream);
+    got.insert(got.end(), out.begin(), out.end());
+    want.insert(want.end(), full.begin(), full.begin() + n * ldq);
+  }
+  report.bitwise(name + ": windows [P, P+n), n = 2.." + std::to_string(N - 1), got.data(), want.data(), want.size());
+  got.clear();
+  want.clear();
+  for (int32_t a = 1; a + 2 <= N; ++a) {
+    const auto out = gpu_attention(
+        s, pool, {{P + a, N - a, &table, q.data() + a * ldq, k.data() + a * ldkv, v.data() + a * ldkv}}, stream);
+    got.insert(got.end(), out.begin(), out.end());
+    want.insert(want.end(), full.begin() + a * ldq, full.end());
+  }
+  report.bitwise(name + ": windows [P+a, P+N)", got.data(), want.data(), want.size());
+}
+
 void time_attention(Report& report, cudaStream_t stream) {
   const int32_t heads = 32, kv = 8, hd = 128;  // Llama-3-8B
   const cuda::AttentionShape s = shape_of(heads, kv, hd);
@@ -236,6 +283,21 @@ void check_attention(Report& report, cudaStream_t stream, const Options& options
   check_accuracy(report, stream, 14, 2, 64, {{255, 2}, {0, 1}}, 831);  // group of 7
   check_accuracy(report, stream, 32, 8, 128, {{0, 24}, {500, 3}}, 841);  // 27 rows: values not staged
   check_invariance(report, stream);
+  // Windows on the window kernel (at most 16 rows a batch) at long prefixes, crossing chunk
+  // edges (rows of one window with different chunk counts), groups 1..8, head_dim 64 / 128;
+  // groups of 5, 7 and 8 cut a 16-row window into two row groups (64 slots at most).
+  check_accuracy(report, stream, 8, 8, 128, {{4093, 5}, {127, 3}, {0, 2}, {300, 6}}, 851);  // group 1
+  check_accuracy(report, stream, 16, 8, 64, {{8060, 16}}, 852);                             // group 2
+  check_accuracy(report, stream, 24, 8, 128, {{20090, 7}, {1000, 9}}, 853);                 // group 3
+  check_accuracy(report, stream, 32, 8, 128, {{32760, 16}}, 854);                           // group 4
+  check_accuracy(report, stream, 40, 8, 64, {{8060, 16}}, 855);                             // group 5
+  check_accuracy(report, stream, 48, 8, 128, {{5000, 11}, {130, 3}, {255, 2}}, 856);        // group 6
+  check_accuracy(report, stream, 28, 4, 128, {{2040, 16}}, 857);                            // group 7
+  check_accuracy(report, stream, 64, 8, 128, {{8060, 16}}, 858);                            // group 8
+  check_accuracy(report, stream, 32, 4, 64, {{1000, 9}, {250, 7}}, 859);                    // group 8, hd 64
+  check_window_invariance(report, stream, 32, 8, 128, 8060, 16, 861);                     // crosses 8064
+  check_window_invariance(report, stream, 16, 8, 128, 32762, 9, 862);                     // qwen3-0.6b-like, crosses 32768
+  check_window_invariance(report, stream, 64, 8, 64, 4090, 16, 863);                      // group 8, crosses 4096
   report.exact_count("attention_bf16 == f32_to_bf16(attention)", g_bf16_mismatches,
                      fmt::format("{} launches compared", g_bf16_runs));
   report.exact_count("attention == attention_reference (first kernel) bitwise", g_ref_mismatches,
