@@ -97,7 +97,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                                 kv_config.block_size};
     try {
       p.kv->attach_host_tier(std::make_unique<HostKvTier>(layout, c.offload.host_bytes));
-      p.target->enable_layer_ring(c.offload.ring_slots);
+      p.target->enable_layer_ring(c.offload.ring_slots, c.offload.overlap);
     } catch (const Error& e) {
       fail(e.code(), "offload: {}", e.what());
     }

@@ -4,6 +4,24 @@
 
 namespace specpipe {
 
+CopyStream::Ticket InlineCopyStream::enqueue(std::function<void()> job) {
+  try {
+    job();
+  } catch (...) {
+    if (!error_) error_ = std::current_exception();
+  }
+  return ++queued_;
+}
+
+bool InlineCopyStream::wait(Ticket /*ticket: every job has run*/) {
+  synchronize();
+  return false;
+}
+
+void InlineCopyStream::synchronize() {
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
 ThreadCopyStream::ThreadCopyStream() : thread_([this] { run(); }) {}
 
 ThreadCopyStream::~ThreadCopyStream() {

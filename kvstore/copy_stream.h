@@ -36,6 +36,20 @@ class CopyStream {
   virtual void synchronize() = 0;
 };
 
+/// Copies without overlap: each job runs in enqueue(), on the calling thread, so the
+/// compute side never waits in wait() but pays for every copy itself (the synchronous
+/// offload of the nano-vLLM design; `offload.overlap: false`, for comparison).
+class InlineCopyStream final : public CopyStream {
+ public:
+  Ticket enqueue(std::function<void()> job) override;
+  bool wait(Ticket ticket) override;
+  void synchronize() override;
+
+ private:
+  Ticket queued_ = 0;
+  std::exception_ptr error_;
+};
+
 /// The CPU backend's copy stream: one thread that runs the jobs in order.
 class ThreadCopyStream final : public CopyStream {
  public:

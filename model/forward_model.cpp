@@ -102,7 +102,7 @@ std::vector<int32_t> window_starts(std::span<const ForwardWindow> windows, const
   return starts;
 }
 
-void ForwardModel::enable_layer_ring(int32_t slots) {
+void ForwardModel::enable_layer_ring(int32_t slots, bool /*overlap*/) {
   fail(ErrorCode::unsupported,
        "offload: the {} forward does not stream host-tier K/V yet (a layer ring of {} slots was asked for; the CPU "
        "backend has it)",

@@ -145,9 +145,10 @@ class ForwardModel {
   /// Offload (kvstore/README.md, "Host tier"): from now on the forward streams the
   /// host-tier K/V of its sequences through a layer ring of `slots` layer slots
   /// (kvstore/layer_ring.h); slots < 2 is Error(invalid_argument). CPU: the ring's
-  /// copies run on a copy thread. This default (device backends so far) throws
+  /// copies run on a copy thread, or with `overlap` false on the forward's own thread
+  /// (no overlap, for comparison). This default (device backends so far) throws
   /// Error(unsupported): their forward reads the pool only.
-  virtual void enable_layer_ring(int32_t slots);
+  virtual void enable_layer_ring(int32_t slots, bool overlap = true);
   /// The layer ring's counters (zeros without a ring).
   virtual RingStats ring_stats() const { return {}; }
 

@@ -124,7 +124,9 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   cpu::linear(s.h.data(), logit_rows_total, c.hidden_size, c.hidden_size, {&head, 1});
 }
 
-void Transformer::enable_layer_ring(int32_t slots) { ring_ = std::make_unique<LayerRing>(slots); }
+void Transformer::enable_layer_ring(int32_t slots, bool overlap) {
+  ring_ = std::make_unique<LayerRing>(slots, overlap ? nullptr : std::make_unique<InlineCopyStream>());
+}
 
 void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> windows,
                                 std::span<const int32_t> starts, const KvStore& kv,

@@ -36,7 +36,7 @@ class Transformer final : public ForwardModel {
   /// the same order as from the pool: the logits are the same bits.
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;
-  void enable_layer_ring(int32_t slots) override;
+  void enable_layer_ring(int32_t slots, bool overlap = true) override;
   RingStats ring_stats() const override { return ring_ ? ring_->stats() : RingStats{}; }
 
  private:

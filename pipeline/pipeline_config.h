@@ -59,6 +59,9 @@ struct OffloadConfig {
   bool enable = false;
   int64_t host_bytes = int64_t{4} << 30;  ///< host tier size (K and V, every layer)
   int32_t ring_slots = 2;                 ///< layer slots of the ring (>= 2)
+  /// The ring's copies overlap the forward (a copy thread); false: they run on the
+  /// forward's thread, the synchronous way, for comparison.
+  bool overlap = true;
   std::string policy = "longest";         ///< which blocks move first (kvstore/offload_policy.h)
 };
 

@@ -71,6 +71,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   offload.put("enable", c.offload.enable);
   offload.put("host_bytes", c.offload.host_bytes);
   offload.put("ring_slots", c.offload.ring_slots);
+  offload.put("overlap", c.offload.overlap);
   offload.word("policy", c.offload.policy);
   offload.end();
   MapWriter slots = top.begin("slots");

@@ -194,26 +194,33 @@ TEST(LayerRing, GathersEachLayerAfterItsSlotIsReleased) {
   }
 }
 
-TEST(LayerRing, TheCopyThreadLoadsTheSameBytes) {
-  HostKvTier tier(layout(6), 4 * HostKvTier::block_bytes(layout(6)));
-  for (int i = 0; i < 4; ++i) tier.allocate();
-  fill(tier);
-  LayerRing ring(2);
-  const std::vector<int32_t> a{3, 0, 2, 1};
-  const std::span<const int32_t> tables[] = {a};
-  for (int forward = 0; forward < 3; ++forward) {
-    ring.begin(tier, tables, 6);
-    for (int32_t layer = 0; layer < 6; ++layer) {
-      const RingSlot slot = ring.acquire(layer);
-      for (size_t i = 0; i < a.size(); ++i)
-        ASSERT_EQ(slot.k[static_cast<int64_t>(i) * tier.block_floats() + 7],
-                  static_cast<float>(layer * 100000 + a[i] * 1000 + 7));
-      ring.release(layer);
+// The copy thread (overlap) and the inline stream (no overlap: the copies run in
+// release()) load the same bytes, forward after forward.
+TEST(LayerRing, TheCopyThreadAndTheInlineStreamLoadTheSameBytes) {
+  for (const bool overlap : {true, false}) {
+    HostKvTier tier(layout(6), 4 * HostKvTier::block_bytes(layout(6)));
+    for (int i = 0; i < 4; ++i) tier.allocate();
+    fill(tier);
+    LayerRing ring(2, overlap ? nullptr : std::make_unique<InlineCopyStream>());
+    const std::vector<int32_t> a{3, 0, 2, 1};
+    const std::span<const int32_t> tables[] = {a};
+    for (int forward = 0; forward < 3; ++forward) {
+      ring.begin(tier, tables, 6);
+      for (int32_t layer = 0; layer < 6; ++layer) {
+        const RingSlot slot = ring.acquire(layer);
+        for (size_t i = 0; i < a.size(); ++i)
+          ASSERT_EQ(slot.k[static_cast<int64_t>(i) * tier.block_floats() + 7],
+                    static_cast<float>(layer * 100000 + a[i] * 1000 + 7));
+        ring.release(layer);
+      }
+      ring.finish();
     }
-    ring.finish();
+    EXPECT_EQ(ring.stats().forwards, 3);
+    EXPECT_EQ(ring.stats().loads, 18);
+    if (!overlap) {
+      EXPECT_EQ(ring.stats().stalls, 0);  // nothing is ever pending
+    }
   }
-  EXPECT_EQ(ring.stats().forwards, 3);
-  EXPECT_EQ(ring.stats().loads, 18);
 }
 
 TEST(LayerRing, RefusesBlocksTheTierDoesNotHoldAndOutOfOrderUse) {

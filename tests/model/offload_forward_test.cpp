@@ -55,8 +55,8 @@ TEST(OffloadForward, LogitsOfAnOffloadedPrefixAreBitIdentical) {
   const std::vector<float> want_batch = forward_rows(
       m, pooled, std::array{ForwardWindow{pb, window, LogitsMode::all}, ForwardWindow{pa, window, LogitsMode::all}});
 
-  for (int32_t slots : {2, 3, 9}) {
-    m.enable_layer_ring(slots);
+  for (const auto& [slots, overlap] : {std::pair{2, true}, std::pair{3, true}, std::pair{9, true}, std::pair{2, false}}) {
+    m.enable_layer_ring(slots, overlap);
     for (int32_t offloaded : {1, 6, 12}) {  // 12 = every full block of a
       KvStore kv(m.kv_config(64));
       kv.attach_host_tier(host_tier_for(kv, 16));
@@ -70,7 +70,7 @@ TEST(OffloadForward, LogitsOfAnOffloadedPrefixAreBitIdentical) {
       const std::vector<float> got = forward_rows(m, kv, std::array{ForwardWindow{sa, window, LogitsMode::all}});
       ASSERT_EQ(got.size(), want.size());
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
-          << slots << " slots, " << offloaded << " blocks offloaded";
+          << slots << " slots, overlap " << overlap << ", " << offloaded << " blocks offloaded";
       kv.truncate(sa, kv.length(sa));
       const std::vector<float> got_batch = forward_rows(
           m, kv, std::array{ForwardWindow{sb, window, LogitsMode::all}, ForwardWindow{sa, window, LogitsMode::all}});

@@ -63,7 +63,7 @@ const BadConfig kBadConfigs[] = {
   {"UnknownTopLevelKey", "modles: {target: x}", "modles",
    "unknown key (known: version, models, device, threads, kv, offload, slots, scheduler, server, defaults, logging, "
    "plugins)"},
-  {"UnknownOffloadKey", "offload: {host: 4}", "offload.host", "known: enable, host_bytes, ring_slots, policy"},
+  {"UnknownOffloadKey", "offload: {host: 4}", "offload.host", "known: enable, host_bytes, ring_slots, overlap, policy"},
   {"OffloadRingSlotsBelowTwo", "offload: {enable: true, ring_slots: 1}", "offload.ring_slots",
    "1 is out of range [2, 64]"},
   {"OffloadHostBytesZero", "offload: {host_bytes: 0}", "offload.host_bytes", "0 is out of range [1, "},
