@@ -459,55 +459,86 @@ bool can_stage(const AttentionShape& s, const PagedPool& pool, const AttentionBa
 // same keys and values again. For batches of 2..kStageMaxRows rows the window kernel takes
 // a block per (kv head, chunk, group of a window's rows): the chunk's keys are loaded once
 // (K into registers, V staged in shared memory) and every (row, query head) of the group,
-// a "slot", is scored against them and sums the values. Every number it writes is the chunk
-// kernel's: a slot's score is the same per-lane FMA chain and the same butterfly (done as a
-// reduce-scatter: 32 dot products in 31 shuffles, lane L ending with dot L, which is the
-// tree lane 0 of warp_sum builds, since the xor pairs are the same and a + b == b + a); the
+// a "slot", is scored against them and sums the values. The grid is (kv head, max_chunks):
+// block y takes the batch's (group, chunk) tasks y, y + max_chunks, ..., so one window
+// launches as many blocks as decode. Two builds of it, the same arithmetic: wide (a
+// warp's 8 keys of K in registers, up to 128 registers a thread, one block an SM) and lean
+// (4 keys at a time, 64 registers, two blocks an SM); window_path_mode picks.
+//
+// Every number it writes is the chunk kernel's: a slot's score is the same per-lane FMA
+// chain and the same butterfly (done as a reduce-scatter: 32 dot products in 31 shuffles,
+// lane L ending with dot L, which is the tree lane 0 of warp_sum builds, since the xor
+// pairs are the same and a + b == b + a; lean: 16 dot products, four halving steps and the
+// butterfly's last); the
 // max and sum of the chunk are the same warp-then-warps-in-order reductions over 128 keys;
 // a slot's value chains add its row's keys [j0, j0 + count_row) in ascending order, rows
 // whose keys end inside the chunk stopping where the chunk kernel stops. The records go to
 // the same (row, head, chunk) places, and attention_merge_kernel merges each (row, kv head)
-// with merge_row, as the chunk kernel's last block does: the same bits (the check compares
-// them with attention_reference, and decode with window rows, bit for bit).
+// with merge_row, as the chunk kernel's last block does (a second launch: the counters stay
+// zero): the same bits (the check compares them with attention_reference, and decode with
+// window rows, bit for bit).
 
 /// A group's slots (row, query head) are at most this many (shared memory: queries and
 /// scores per slot); a window with more rows x group is cut into groups of rows.
 constexpr int kWindowMaxSlots = 64;
 constexpr int kScoreStride = C + 4;  // floats per slot's scores: 16-byte rows, fewer bank conflicts
 
-/// SPECPIPE_ATTENTION_WINDOW=0 in the environment keeps every batch on the chunk kernel
-/// (a row per block), for A/B timings; read once.
-bool window_path_enabled() {
-  static const bool on = [] {
+/// SPECPIPE_ATTENTION_WINDOW in the environment (read once): 0 keeps every batch on the
+/// chunk kernel (a row per block), for A/B timings; 1 the window kernel with up to 128
+/// registers a thread (one block an SM; wide: a warp's 8 keys in registers); 2 the lean one
+/// (64 registers, two blocks an SM; 4 keys at a time); unset (or anything else): lean when
+/// the grid has two blocks an SM to fill (kv heads x max_chunks >= kLeanMinBlocks), else
+/// wide (few blocks: each block's latency counts, not how many an SM holds). The same bits
+/// in every mode.
+int window_path_mode() {
+  static const int mode = [] {
     const char* v = std::getenv("SPECPIPE_ATTENTION_WINDOW");
-    return v == nullptr || std::strcmp(v, "0") != 0;
+    if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
+    if (v != nullptr && std::strcmp(v, "1") == 0) return 1;
+    if (v != nullptr && std::strcmp(v, "2") == 0) return 2;
+    return -1;  // by the grid
   }();
-  return on;
+  return mode;
 }
 
+/// Blocks of the window grid from which the lean build is the default: two an SM of an
+/// H100 / H200 (132 SMs; a constant, so the launch asks the runtime nothing under capture).
+constexpr int64_t kLeanMinBlocks = 2 * 132;
+
 /// One step of a reduce-scatter over the lanes: N values per lane become N/2, lane L
-/// keeping the half selected by bit N/2 of L, each the sum of its own and lane
-/// L ^ (N/2)'s value of that index (warp_sum's pairs at offset N/2).
-template <int N>
-__device__ inline void reduce_scatter_step(float (&v)[32], int lane) {
+/// keeping the half selected by bit `kOffset` of L, each the sum of its own and lane
+/// L ^ kOffset's value of that index (warp_sum's pairs at that offset).
+template <int N, int kOffset, int M>
+__device__ inline void reduce_scatter_step(float (&v)[M], int lane) {
   constexpr int h = N / 2;
-  const bool upper = (lane & h) != 0;
+  const bool upper = (lane & kOffset) != 0;
 #pragma unroll
   for (int j = 0; j < h; ++j) {
     const float send = upper ? v[j] : v[j + h];
     const float keep = upper ? v[j + h] : v[j];
-    v[j] = keep + __shfl_xor_sync(detail::kFullMask, send, h);
+    v[j] = keep + __shfl_xor_sync(detail::kFullMask, send, kOffset);
   }
 }
 
-/// v[i] of every lane summed over the warp as warp_sum does; lane L returns the sum of index L.
+/// v[i] of every lane summed over the warp as warp_sum does (offsets 16, 8, 4, 2, 1);
+/// lane L returns the sum of index L.
 __device__ inline float reduce_scatter(float (&v)[32], int lane) {
-  reduce_scatter_step<32>(v, lane);
-  reduce_scatter_step<16>(v, lane);
-  reduce_scatter_step<8>(v, lane);
-  reduce_scatter_step<4>(v, lane);
-  reduce_scatter_step<2>(v, lane);
+  reduce_scatter_step<32, 16>(v, lane);
+  reduce_scatter_step<16, 8>(v, lane);
+  reduce_scatter_step<8, 4>(v, lane);
+  reduce_scatter_step<4, 2>(v, lane);
+  reduce_scatter_step<2, 1>(v, lane);
   return v[0];
+}
+
+/// The same for 16 values a lane: four halving steps (offsets 16, 8, 4, 2), then the
+/// butterfly's last step (offset 1); lanes L and L ^ 1 return the sum of index L / 2.
+__device__ inline float reduce_scatter(float (&v)[16], int lane) {
+  reduce_scatter_step<16, 16>(v, lane);
+  reduce_scatter_step<8, 8>(v, lane);
+  reduce_scatter_step<4, 4>(v, lane);
+  reduce_scatter_step<2, 2>(v, lane);
+  return v[0] + __shfl_xor_sync(detail::kFullMask, v[0], 1);
 }
 
 /// What one task of the window kernel works on: rows [row0 + first, row0 + rows) of a
@@ -573,8 +604,8 @@ __device__ inline void window_value_chains(const AttentionShape& s, const Attent
 /// values [C][hd], the slots' queries [max_slots][hd], scores [max_slots][kScoreStride],
 /// two [max_slots][kWarps] reduction arrays. Writes the chunk records only; merged by
 /// attention_merge_kernel.
-template <int kDimLanes>
-__global__ void __launch_bounds__(kFastThreads) attention_window_kernel(AttentionShape s, PagedPool pool,
+template <int kDimLanes, bool kLean>
+__global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots) {
   __shared__ int32_t grp_first[kStageMaxRows], grp_rows[kStageMaxRows], grp_task0[kStageMaxRows + 1];
@@ -665,37 +696,44 @@ __global__ void __launch_bounds__(kFastThreads) attention_window_kernel(Attentio
 
     // Scores: a warp holds kKeys keys' K (lane l dims l, l+32, ...) and scores them against
     // 4 slots at a time: 32 dot products, each the chunk kernel's chain, then one
-    // reduce-scatter; lane L stores key L / 4, slot L % 4.
+    // reduce-scatter; lane L stores key L / 4, slot L % 4. Lean (64 registers, two blocks
+    // an SM): half the keys at a time, 16 dot products a reduce-scatter.
     constexpr int kKeys = C / kFastWarps;
     static_assert(kKeys * 4 == 32);
-    float kreg[kKeys][kDimLanes];
+    constexpr int kPassKeys = kLean ? kKeys / 2 : kKeys;
+#pragma unroll 1
+    for (int pass = 0; pass < kKeys / kPassKeys; ++pass) {
+      float kreg[kPassKeys][kDimLanes];
 #pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const int jl = warp + u * kFastWarps;
+      for (int u = 0; u < kPassKeys; ++u) {
+        const int jl = warp + (pass * kPassKeys + u) * kFastWarps;
 #pragma unroll
-      for (int d = 0; d < kDimLanes; ++d)
-        kreg[u][d] = jl < t.count_max && lane + 32 * d < hd ? krow[jl][lane + 32 * d] : 0.0f;
-    }
-    for (int sl0 = 0; sl0 < slots; sl0 += 4) {
-      float v[32];
-#pragma unroll
-      for (int s4 = 0; s4 < 4; ++s4) {
-        const float* qs = sq + min(sl0 + s4, slots - 1) * hd;
-        float qreg[kDimLanes];
-#pragma unroll
-        for (int d = 0; d < kDimLanes; ++d) qreg[d] = lane + 32 * d < hd ? qs[lane + 32 * d] : 0.0f;
-#pragma unroll
-        for (int u = 0; u < kKeys; ++u) {
-          float dot = 0.0f;
-#pragma unroll
-          for (int d = 0; d < kDimLanes; ++d)
-            if (lane + 32 * d < hd) dot = fmaf(qreg[d], kreg[u][d], dot);
-          v[u * 4 + s4] = dot;
-        }
+        for (int d = 0; d < kDimLanes; ++d)
+          kreg[u][d] = jl < t.count_max && lane + 32 * d < hd ? krow[jl][lane + 32 * d] : 0.0f;
       }
-      const float dot = reduce_scatter(v, lane);
-      const int u = lane >> 2, sl = sl0 + (lane & 3), jl = warp + u * kFastWarps;
-      if (sl < slots) sp[sl * kScoreStride + jl] = jl < t.count(t.first + sl / group) ? dot * s.scale : -INFINITY;
+      for (int sl0 = 0; sl0 < slots; sl0 += 4) {
+        float v[kPassKeys * 4];
+#pragma unroll
+        for (int s4 = 0; s4 < 4; ++s4) {
+          const float* qs = sq + min(sl0 + s4, slots - 1) * hd;
+          float qreg[kDimLanes];
+#pragma unroll
+          for (int d = 0; d < kDimLanes; ++d) qreg[d] = lane + 32 * d < hd ? qs[lane + 32 * d] : 0.0f;
+#pragma unroll
+          for (int u = 0; u < kPassKeys; ++u) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int d = 0; d < kDimLanes; ++d)
+              if (lane + 32 * d < hd) dot = fmaf(qreg[d], kreg[u][d], dot);
+            v[u * 4 + s4] = dot;
+          }
+        }
+        const float dot = reduce_scatter(v, lane);
+        const int index = kLean ? lane >> 1 : lane;  // lean: lanes L and L ^ 1 hold the same sum
+        const int u = index >> 2, sl = sl0 + (index & 3), jl = warp + (pass * kPassKeys + u) * kFastWarps;
+        if (sl < slots && (!kLean || (lane & 1) == 0))
+          sp[sl * kScoreStride + jl] = jl < t.count(t.first + sl / group) ? dot * s.scale : -INFINITY;
+      }
     }
     __syncthreads();
 
@@ -777,7 +815,7 @@ __global__ void __launch_bounds__(kFastThreads) attention_merge_kernel(Attention
 /// staged, head_dim 33..128 (the instantiated lanes), and the switch on.
 bool use_window_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
   return b.total_tokens >= 2 && can_stage(s, pool, b) && s.head_dim > 32 && s.head_dim <= 128 &&
-         window_path_enabled();
+         window_path_mode() != 0;
 }
 
 template <int kDimLanes>
@@ -788,7 +826,9 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   const int32_t max_slots = rows_per_group * group;
   const size_t bytes =
       (size_t{C} * s.head_dim + size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps)) * sizeof(float);
-  auto* kernel = attention_window_kernel<kDimLanes>;
+  const int mode = window_path_mode();
+  const bool lean = mode == 2 || (mode < 0 && int64_t{s.num_kv_heads} * b.max_chunks >= kLeanMinBlocks);
+  auto* kernel = lean ? attention_window_kernel<kDimLanes, true> : attention_window_kernel<kDimLanes, false>;
   if (bytes > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     if (e != cudaSuccess) return e;
