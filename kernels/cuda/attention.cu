@@ -811,6 +811,18 @@ __global__ void __launch_bounds__(kFastThreads) attention_merge_kernel(Attention
   merge_row(s, b, outb, row, kvh, attention_chunks(row_info(b, row).keys), staged_values, scratch_floats);
 }
 
+/// Opts `kernel` in to `bytes` of dynamic shared memory where its static shared memory
+/// plus `bytes` pass the 48 KB a block gets without it (a launch past that fails with
+/// "invalid argument": the demo target's 6-row windows, head_dim 64, group 3, asked 47,456
+/// dynamic bytes beside the window kernel's static ones).
+template <class Kernel>
+cudaError_t allow_dynamic_shared(Kernel* kernel, size_t bytes) {
+  cudaFuncAttributes attributes{};
+  cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
+  if (e != cudaSuccess || attributes.sharedSizeBytes + bytes <= 48 * 1024) return e;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
 /// Whether a batch takes the window kernel: 2..kStageMaxRows rows whose values can be
 /// staged, head_dim 33..128 (the instantiated lanes), and the switch on.
 bool use_window_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
@@ -829,16 +841,16 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   const int mode = window_path_mode();
   const bool lean = mode == 2 || (mode < 0 && int64_t{s.num_kv_heads} * b.max_chunks >= kLeanMinBlocks);
   auto* kernel = lean ? attention_window_kernel<kDimLanes, true> : attention_window_kernel<kDimLanes, false>;
-  if (bytes > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-    if (e != cudaSuccess) return e;
-  }
-  cudaError_t e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes,
-                                                  stream, true, s, pool, b, rows_per_group, max_slots);
+  cudaError_t e = allow_dynamic_shared(kernel, bytes);
+  if (e != cudaSuccess) return e;
+  e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
+                                      true, s, pool, b, rows_per_group, max_slots);
   if (e != cudaSuccess) return e;
   // The merge's chunk weights in shared memory when they fit the default 48 KB.
   const int64_t weights = 2 * int64_t{group} * (b.max_chunks + 1);
   const int32_t scratch = weights * sizeof(float) <= 48 * 1024 ? static_cast<int32_t>(weights) : 0;
+  e = allow_dynamic_shared(attention_merge_kernel, size_t(scratch) * sizeof(float));
+  if (e != cudaSuccess) return e;
   return detail::launch_dependent_shared(attention_merge_kernel, dim3(s.num_kv_heads, b.total_tokens),
                                          dim3(kFastThreads), size_t(scratch) * sizeof(float), stream, true, s, b, outb,
                                          scratch);
@@ -855,11 +867,7 @@ cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const 
                                    : attention_chunk_kernel<kDimLanes, kMaxGroup>;
   const bool stage = can_stage(s, pool, b);
   const size_t staged_bytes = stage ? size_t{C} * s.head_dim * sizeof(float) : 0;
-  if (staged_bytes > 48 * 1024) {  // over the default limit of dynamic shared memory: opt in
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(staged_bytes));
-    if (e != cudaSuccess) return e;
-  }
+  if (const cudaError_t e = allow_dynamic_shared(kernel, staged_bytes); e != cudaSuccess) return e;
   return detail::launch_dependent_shared(kernel, grid, dim3(kFastThreads), staged_bytes, stream, true, s, pool, b,
                                          outb, stage);
 }

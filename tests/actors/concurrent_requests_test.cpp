@@ -34,7 +34,10 @@ TEST(ConcurrentRequests, EachOutputEqualsItsSoloRunAndKvIsFreedAfterwards) {
   actors::Engine engine(test::demo_engine_config());
   const auto requests = mixed_requests();
   std::vector<actors::Completion> solo;
-  for (const auto& r : requests) solo.push_back(engine.generate(r));
+  for (const auto& r : requests) {
+    solo.push_back(engine.generate(r));
+    ASSERT_NE(solo.back().reason, FinishReason::error) << "solo request " << solo.size() - 1 << ": " << solo.back().error;
+  }
 
   test::Completions done;
   std::map<RequestId, size_t> index;
