@@ -10,12 +10,6 @@
 namespace specpipe::actors {
 namespace {
 
-/// Offload: before a reserve the free pool blocks cannot serve, the oldest blocks of
-/// the longest sequences move to the host tier (kvstore/offload_policy.h).
-void make_room(KvStore& kv, SeqId seq, int32_t new_length) {
-  if (kv.host_tier()) make_pool_room(kv, kv.blocks_needed(seq, new_length));
-}
-
 /// The sequence gives its KV back and the item fails with `why`.
 void fail_item(KvStore& kv, AdmitItem& it, const std::string& why) {
   kv.release(it.seq);
@@ -38,8 +32,7 @@ bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b, int32_t chunk) {
     it.prefill_end = kv.host_tier() ? std::min(context, it.prefilled + chunk) : context;
     if (it.prefill_end == it.prefilled) continue;
     try {
-      make_room(kv, it.seq, it.prefill_end);
-      kv.reserve(it.seq, it.prefill_end);
+      reserve_offloading(kv, it.seq, it.prefill_end);  // oldest blocks to the host first
       progress = true;
     } catch (const Error& e) {
       if (kv.host_tier() && e.code() == ErrorCode::out_of_capacity) {
@@ -99,8 +92,7 @@ void reserve(KvStore& kv, RoundBatch& b) {
     try {
       const int32_t new_length = kv.length(it.seq) + static_cast<int32_t>(it.recompute.size()) + 1 +
                                  static_cast<int32_t>(it.drafts.size());
-      make_room(kv, it.seq, new_length);
-      kv.reserve(it.seq, new_length);
+      reserve_offloading(kv, it.seq, new_length);
     } catch (const std::exception& e) {
       it.error = e.what();
     }

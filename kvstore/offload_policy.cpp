@@ -26,4 +26,9 @@ int64_t make_pool_room(KvStore& kv, int32_t wanted, OffloadPolicy /*policy: long
   return moved;
 }
 
+void reserve_offloading(KvStore& kv, SeqId seq, int32_t new_length) {
+  if (kv.host_tier()) make_pool_room(kv, kv.blocks_needed(seq, new_length));
+  kv.reserve(seq, new_length);
+}
+
 }  // namespace specpipe

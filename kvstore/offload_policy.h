@@ -19,4 +19,8 @@ enum class OffloadPolicy { longest };
 /// out_of_capacity error. Returns the bytes moved.
 int64_t make_pool_room(KvStore& kv, int32_t wanted, OffloadPolicy policy = OffloadPolicy::longest);
 
+/// kv.reserve(seq, new_length), with a host tier first making the pool room for it
+/// (make_pool_room): the one reserve of every owner that may offload. Errors as reserve.
+void reserve_offloading(KvStore& kv, SeqId seq, int32_t new_length);
+
 }  // namespace specpipe

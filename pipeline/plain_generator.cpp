@@ -66,8 +66,7 @@ GenerationResult PlainGenerator::generate(std::span<const int32_t> prompt,
       result.finish = FinishReason::context;
       break;
     }
-    if (kv_.host_tier()) make_pool_room(kv_, kv_.blocks_needed(seq, length + 1));  // offload: oldest blocks out
-    kv_.reserve(seq, length + 1);
+    reserve_offloading(kv_, seq, length + 1);  // with a host tier, oldest blocks out first
     const ForwardWindow window{seq, {&result.tokens.back(), 1}, LogitsMode::last};
     model_.forward({&window, 1}, kv_, writer, logits);
     kv_.commit(seq, {&result.tokens.back(), 1});

@@ -31,8 +31,7 @@ void prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_
     for (size_t done = 0; done < tokens.size();) {
       const auto n = std::min(tokens.size() - done, static_cast<size_t>(chunk));
       const int32_t end = kv.length(seq) + static_cast<int32_t>(n);
-      make_pool_room(kv, kv.blocks_needed(seq, end));
-      kv.reserve(seq, end);
+      reserve_offloading(kv, seq, end);
       const PrefillItem item{seq, tokens.subspan(done, n)};
       prefill_windows(model, kv, writer, {&item, 1}, chunk, last_logits);
       kv.commit(seq, item.tokens);

@@ -13,13 +13,17 @@ namespace {
 // such an operation is rounded to float first), in its order, so the frequencies round
 // as theirs do.
 
+/// theta^(2i/d), the base power of frequency i.
+float theta_power(int32_t i, int32_t head_dim, double theta) {
+  const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+  return std::pow(static_cast<float>(theta), exponent);
+}
+
 /// 1 / theta^(2i/d): _compute_default_rope_parameters.
 std::vector<float> default_inv_freq(int32_t head_dim, double theta) {
   std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
-  for (size_t i = 0; i < inv_freq.size(); ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(theta), exponent);
-  }
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = 1.0f / theta_power(static_cast<int32_t>(i), head_dim, theta);
   return inv_freq;
 }
 
@@ -47,18 +51,16 @@ double yarn_correction_dim(double rotations, int32_t head_dim, double theta, dou
   return head_dim * std::log(positions / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(theta));
 }
 
-/// The factor YaRN scales by: the config's `factor`, even where max_position_embeddings /
-/// original_max_position_embeddings says otherwise (transformers 5 warns and keeps the
-/// explicit factor; tests/data/rope-scaling-hf.json, case yarn_qwen3_40960).
-double yarn_factor(const RopeScaling& s) { return s.factor; }
-
 double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 /// _compute_yarn_parameters: interpolated (divided by factor) frequencies below the ramp,
-/// extrapolated (unchanged) above it, a linear ramp between.
+/// extrapolated (the default ones, as `inv_freq` comes in) above it, a linear ramp
+/// between. The factor is the config's, even where max_position_embeddings /
+/// original_max_position_embeddings says otherwise (transformers 5 warns and keeps it;
+/// tests/data/rope-scaling-hf.json, case yarn_qwen3_40960).
 void yarn_inv_freq(const RopeScaling& s, int32_t head_dim, double theta, int32_t max_positions,
                    std::vector<float>& inv_freq) {
-  const float factor = static_cast<float>(yarn_factor(s));
+  const float factor = static_cast<float>(s.factor);
   const double original = s.original_max_positions > 0 ? s.original_max_positions : max_positions;
   double low = yarn_correction_dim(s.beta_fast, head_dim, theta, original);
   double high = yarn_correction_dim(s.beta_slow, head_dim, theta, original);
@@ -70,12 +72,9 @@ void yarn_inv_freq(const RopeScaling& s, int32_t head_dim, double theta, int32_t
   high = std::min(high, static_cast<double>(head_dim - 1));
   if (low == high) high += 0.001;  // no division by zero in the ramp
   const float low_f = static_cast<float>(low), range = static_cast<float>(high - low);
-  const int32_t half = head_dim / 2;
-  for (int32_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float pos_freq = std::pow(static_cast<float>(theta), exponent);
-    const float extrapolation = 1.0f / pos_freq;
-    const float interpolation = 1.0f / (factor * pos_freq);
+  for (int32_t i = 0; i < head_dim / 2; ++i) {
+    const float extrapolation = inv_freq[static_cast<size_t>(i)];  // 1 / theta^(2i/d)
+    const float interpolation = 1.0f / (factor * theta_power(i, head_dim, theta));
     const float ramp = std::clamp((static_cast<float>(i) - low_f) / range, 0.0f, 1.0f);
     const float extrapolation_share = 1.0f - ramp;
     inv_freq[static_cast<size_t>(i)] =
@@ -112,7 +111,7 @@ std::vector<float> rope_inv_freq(int32_t head_dim, double theta, const RopeScali
 double rope_attention_factor(const RopeScaling& scaling) {
   if (scaling.type != RopeScaling::Type::yarn) return 1.0;
   if (scaling.attention_factor > 0.0) return scaling.attention_factor;
-  const double factor = yarn_factor(scaling);
+  const double factor = scaling.factor;
   if (scaling.mscale > 0.0 && scaling.mscale_all_dim > 0.0)
     return yarn_mscale(factor, scaling.mscale) / yarn_mscale(factor, scaling.mscale_all_dim);
   return yarn_mscale(factor, 1.0);
