@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "core/error.h"
@@ -15,7 +17,7 @@
 namespace specpipe {
 namespace {
 
-const char* const kKnownSlots[] = {"kv_write", "verify_plan"};
+const char* const kKnownSlots[] = {"kv_write", "verify_plan", "verify_view"};
 
 std::vector<std::string> split_slots(const char* text) {
   std::vector<std::string> out;
@@ -51,9 +53,13 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::
   if (t->abi_version != SPECPIPE_PLUGIN_ABI_VERSION)
     fail(ErrorCode::unsupported, "plugin {}: built for plugin ABI version {}, this host speaks {}", file,
          t->abi_version, SPECPIPE_PLUGIN_ABI_VERSION);
-  if (t->struct_size < sizeof(specpipe_plugin_table))
-    fail(ErrorCode::unsupported, "plugin {}: table of {} bytes, ABI {} needs {}", file, t->struct_size,
-         SPECPIPE_PLUGIN_ABI_VERSION, sizeof(specpipe_plugin_table));
+  // A table from an older minor version ends early: the host keeps its own copy, read
+  // up to the plugin's size, the later fields NULL (plugin.h, ABI minor versions).
+  if (t->struct_size < SPECPIPE_PLUGIN_TABLE_SIZE_1_0)
+    fail(ErrorCode::unsupported, "plugin {}: table of {} bytes, ABI {} needs at least {}", file, t->struct_size,
+         SPECPIPE_PLUGIN_ABI_VERSION, SPECPIPE_PLUGIN_TABLE_SIZE_1_0);
+  std::memcpy(&lib->table_copy_, t, std::min<size_t>(t->struct_size, sizeof(specpipe_plugin_table)));
+  t = &lib->table_copy_;
   if (!t->name || !*t->name) fail(ErrorCode::unsupported, "plugin {}: the table has no name", file);
   if (!t->create || !t->destroy) fail(ErrorCode::unsupported, "plugin {}: create and destroy are required", file);
   lib->slots_ = split_slots(t->slots);
@@ -61,7 +67,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::
   for (const std::string& s : lib->slots_) {
     bool known = false;
     for (const char* k : kKnownSlots) known |= s == k;
-    if (!known) fail(ErrorCode::unsupported, "plugin {}: unknown slot '{}' (known: kv_write, verify_plan)", file, s);
+    if (!known)
+      fail(ErrorCode::unsupported, "plugin {}: unknown slot '{}' (known: kv_write, verify_plan, verify_view)", file, s);
   }
   if (lib->fills("kv_write")) {
     const specpipe_kv_write_hooks* h = t->kv_write;
@@ -70,6 +77,8 @@ std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::
   }
   if (lib->fills("verify_plan") && (!t->verify_plan || !t->verify_plan->plan))
     fail(ErrorCode::unsupported, "plugin {}: slot verify_plan needs plan", file);
+  if (lib->fills("verify_view") && (!t->verify_view || !t->verify_view->decide))
+    fail(ErrorCode::unsupported, "plugin {}: slot verify_view needs decide (and a table of ABI 1.1 or later)", file);
   lib->table_ = t;
   lib->name_ = t->name;
   return lib;

@@ -14,8 +14,9 @@ namespace specpipe {
 class PluginLibrary {
  public:
   /// Loads `path` and validates its table. Throws Error: not_found (no such file),
-  /// unsupported (not a loadable library, no entry symbol, wrong ABI version, a table too
-  /// small for this ABI, unknown slot names, a missing required hook).
+  /// unsupported (not a loadable library, no entry symbol, wrong ABI version, a table
+  /// smaller than ABI 1.0's, unknown slot names, a missing required hook). A table of an
+  /// older minor version loads; table() then reads its missing fields as NULL.
   static std::shared_ptr<const PluginLibrary> load(const std::filesystem::path& path);
   ~PluginLibrary();
   PluginLibrary(const PluginLibrary&) = delete;
@@ -30,7 +31,8 @@ class PluginLibrary {
   PluginLibrary() = default;
   std::filesystem::path path_;
   void* handle_ = nullptr;
-  const specpipe_plugin_table* table_ = nullptr;
+  const specpipe_plugin_table* table_ = nullptr;  // &table_copy_
+  specpipe_plugin_table table_copy_{};  // the plugin's table, fields past its struct_size NULL
   std::string name_;
   std::vector<std::string> slots_;
 };

@@ -36,6 +36,11 @@ extern "C" {
 
 /** Bumped on any incompatible change to the structs or calls below. */
 #define SPECPIPE_PLUGIN_ABI_VERSION 1u
+/** Bumped on each compatible addition: fields appended to the end of a struct that has
+ *  a struct_size. The host reads a plugin's table up to the plugin's struct_size and
+ *  treats later fields as NULL, so a plugin built for an older minor version still
+ *  loads. 1.0: kv_write, verify_plan. 1.1: verify_view (table field appended). */
+#define SPECPIPE_PLUGIN_ABI_MINOR_VERSION 1u
 
 #if defined(_WIN32)
 #define SPECPIPE_PLUGIN_EXPORT __declspec(dllexport)
@@ -181,6 +186,65 @@ typedef struct specpipe_verify_plan_hooks {
 } specpipe_verify_plan_hooks;
 
 /* ------------------------------------------------------------------------------------
+ * Slot `verify_view` (ABI 1.1): which K/V the target's verify window attends to. The
+ * built-in strategy always verifies against the full K/V. A plugin (SpecPV) may verify
+ * most rounds against a partial view - sink + retrieved blocks + recent window, with the
+ * window's own tokens as the speculative buffer - and run a full verification every few
+ * rounds. What a partial verdict means (provisional until a full pass agrees, or final)
+ * is the plugin's `final` flag; the host enforces the rest (docs/PLUGIN_SDK.md).
+ * ------------------------------------------------------------------------------------ */
+
+/** One sequence about to be verified. */
+typedef struct specpipe_view_sequence {
+  int64_t sequence;
+  int32_t context_length;     /* tokens in its KV before this round's window */
+  int32_t verified_length;    /* of those, the tokens last checked by a full verification */
+  int32_t window;             /* tokens in this round's window (pending + drafts) */
+  int32_t rounds_since_full;  /* partial rounds since the last full verification */
+  int32_t retrieval_ready;    /* 1: retrieved blocks exist (a full round refreshed them) */
+  int32_t sampled;            /* 1: the request samples (the host verifies it fully) */
+} specpipe_view_sequence;
+
+#define SPECPIPE_VIEW_FULL 0
+#define SPECPIPE_VIEW_PARTIAL 1
+
+/** The plugin's answer for one sequence. Budgets count tokens, except retrieval_blocks. */
+typedef struct specpipe_view_decision {
+  int32_t view;             /* SPECPIPE_VIEW_FULL or SPECPIPE_VIEW_PARTIAL */
+  int32_t refresh;          /* full rounds: 1 = re-select the retrieved blocks from this
+                               round's queries */
+  int32_t final_verdicts;   /* partial rounds: 1 = its verdict is final (approximate, not
+                               lossless); 0 = provisional until a full pass agrees */
+  int32_t sink_tokens;      /* partial: the first tokens, always in view (>= 0) */
+  int32_t retrieval_blocks; /* partial: retrieved blocks per layer (>= 1) */
+  int32_t window_tokens;    /* partial: the most recent tokens (>= 0) */
+  int32_t buffer_tokens;    /* partial: the most tokens since the last full verification
+                               (>= 0); more make the host verify fully */
+} specpipe_view_decision;
+
+/** What happened to one sequence in the round just verified. */
+typedef struct specpipe_view_observation {
+  int64_t sequence;
+  int32_t view;       /* the view it was verified with */
+  int32_t proposed;   /* drafts verified (a full round re-checking provisional tokens
+                         counts only the round's new drafts) */
+  int32_t accepted;
+  int32_t rolled_back; /* full rounds: provisional tokens found wrong and dropped */
+} specpipe_view_observation;
+
+typedef struct specpipe_verify_view_hooks {
+  /* Required. Writes decisions[i] for every sequence. Borrowed arguments. A decision
+   * the host cannot use (unknown view, negative budgets, zero retrieval blocks) disables
+   * the plugin: every sequence is then verified fully. */
+  specpipe_status (*decide)(void* instance, const specpipe_view_sequence* sequences, int32_t count,
+                            specpipe_view_decision* decisions, char* error, size_t error_size);
+  /* Optional (may be NULL). The round's outcome, after its verdicts. */
+  void (*observe)(void* instance, const specpipe_view_observation* observations, int32_t count);
+  /* Optional. A sequence ended: forget it. */
+  void (*forget)(void* instance, int64_t sequence);
+} specpipe_verify_view_hooks;
+
+/* ------------------------------------------------------------------------------------
  * The plugin table.
  * ------------------------------------------------------------------------------------ */
 
@@ -189,7 +253,8 @@ typedef struct specpipe_plugin_table {
   uint32_t struct_size; /* sizeof(specpipe_plugin_table) as the plugin was built */
   const char* name;     /* e.g. "nwor"; static string */
   const char* version;  /* the plugin's own version; static string */
-  const char* slots;    /* comma-separated slots it can fill: "kv_write", "verify_plan" */
+  const char* slots;    /* comma-separated slots it can fill: "kv_write", "verify_plan",
+                           "verify_view" (1.1) */
 
   /* Required. Creates an instance for one pipeline. config_json: the plugin's config
    * block as a JSON object (borrowed). host, model: borrowed until destroy(). On success
@@ -206,7 +271,12 @@ typedef struct specpipe_plugin_table {
   /* The hooks of the slots named in `slots` (required there), else NULL. */
   const specpipe_kv_write_hooks* kv_write;
   const specpipe_verify_plan_hooks* verify_plan;
+  /* ABI 1.1: absent from (NULL for) a table whose struct_size ends before it. */
+  const specpipe_verify_view_hooks* verify_view;
 } specpipe_plugin_table;
+
+/** The size of a 1.0 table (up to verify_plan): the smallest table the host accepts. */
+#define SPECPIPE_PLUGIN_TABLE_SIZE_1_0 offsetof(specpipe_plugin_table, verify_view)
 
 /** The one symbol a plugin exports. Returns NULL if it cannot serve this host ABI. */
 typedef const specpipe_plugin_table* (*specpipe_plugin_entry_fn)(uint32_t host_abi_version);

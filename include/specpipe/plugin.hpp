@@ -536,6 +536,7 @@ struct Trampolines {
       has_metrics<T>::value ? &describe_metrics : nullptr,
       kv_write ? &kv_write_hooks : nullptr,
       verify_plan ? &verify_plan_hooks : nullptr,
+      nullptr,  // verify_view (ABI 1.1): not wrapped here yet; write it against plugin.h
   };
 };
 

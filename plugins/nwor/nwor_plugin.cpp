@@ -155,6 +155,7 @@ const specpipe_plugin_table kTable = {
     nwor_describe_metrics,
     &kKvWriteHooks,
     nullptr,
+    nullptr,
 };
 
 }  // namespace

@@ -138,6 +138,7 @@ const specpipe_plugin_table kTable = {
     scv_describe_metrics,
     nullptr,
     &kVerifyPlanHooks,
+    nullptr,
 };
 
 }  // namespace

@@ -3,8 +3,9 @@
 // verify_plan: the requested gamma) and fails on demand, chosen by its config:
 //   {"fail": "create" | "stage" | "commit" | "stage_throw" | "plan_garbage" |
 //            "plan_bad_status" | "none", "at_round": N}
-// Built three ways: as is; with FAULT_WRONG_ABI (its table claims ABI 999); with
-// FAULT_NO_ENTRY (it exports no entry symbol).
+// Built four ways: as is; with FAULT_WRONG_ABI (its table claims ABI 999); with
+// FAULT_NO_ENTRY (it exports no entry symbol); with FAULT_LEGACY_TABLE (an ABI 1.0
+// table, shorter than this host's).
 #include <specpipe/plugin.h>
 
 #include <nlohmann/json.hpp>
@@ -180,8 +181,20 @@ const specpipe_plugin_table kTable = {
 #else
     SPECPIPE_PLUGIN_ABI_VERSION,
 #endif
-    sizeof(specpipe_plugin_table), "faulty", "1.0", "kv_write,verify_plan", create, destroy, describe_metrics,
-    &kKvWrite, &kVerifyPlan};
+#ifdef FAULT_LEGACY_TABLE
+    // A plugin built for ABI 1.0: its table ends before verify_view. The field past its
+    // size holds garbage here, which a host that respects struct_size never reads.
+    SPECPIPE_PLUGIN_TABLE_SIZE_1_0,
+#else
+    sizeof(specpipe_plugin_table),
+#endif
+    "faulty", "1.0", "kv_write,verify_plan", create, destroy, describe_metrics, &kKvWrite, &kVerifyPlan,
+#ifdef FAULT_LEGACY_TABLE
+    reinterpret_cast<const specpipe_verify_view_hooks*>(uintptr_t{1}),
+#else
+    nullptr,
+#endif
+};
 
 }  // namespace
 

@@ -34,7 +34,20 @@
   F(specpipe_plugin_table, name) F(specpipe_plugin_table, version) F(specpipe_plugin_table, slots) \
   F(specpipe_plugin_table, create) F(specpipe_plugin_table, destroy)                           \
   F(specpipe_plugin_table, describe_metrics) F(specpipe_plugin_table, kv_write)                \
-  F(specpipe_plugin_table, verify_plan)
+  F(specpipe_plugin_table, verify_plan) F(specpipe_plugin_table, verify_view)                 \
+  S(specpipe_view_sequence) F(specpipe_view_sequence, sequence) F(specpipe_view_sequence, context_length) \
+  F(specpipe_view_sequence, verified_length) F(specpipe_view_sequence, window)                 \
+  F(specpipe_view_sequence, rounds_since_full) F(specpipe_view_sequence, retrieval_ready)      \
+  F(specpipe_view_sequence, sampled)                                                           \
+  S(specpipe_view_decision) F(specpipe_view_decision, view) F(specpipe_view_decision, refresh) \
+  F(specpipe_view_decision, final_verdicts) F(specpipe_view_decision, sink_tokens)             \
+  F(specpipe_view_decision, retrieval_blocks) F(specpipe_view_decision, window_tokens)         \
+  F(specpipe_view_decision, buffer_tokens)                                                     \
+  S(specpipe_view_observation) F(specpipe_view_observation, sequence) F(specpipe_view_observation, view) \
+  F(specpipe_view_observation, proposed) F(specpipe_view_observation, accepted)                \
+  F(specpipe_view_observation, rolled_back)                                                    \
+  S(specpipe_verify_view_hooks) F(specpipe_verify_view_hooks, decide) F(specpipe_verify_view_hooks, observe) \
+  F(specpipe_verify_view_hooks, forget)
 
 #ifdef __cplusplus
 extern "C" {

@@ -82,7 +82,7 @@ static const specpipe_verify_plan_hooks c_verify_plan = {c_plan, NULL, NULL};
 
 static const specpipe_plugin_table c_table = {
     SPECPIPE_PLUGIN_ABI_VERSION, sizeof(specpipe_plugin_table), "c_test", "0.0.1", "verify_plan",
-    c_create, c_destroy, c_describe_metrics, NULL, &c_verify_plan};
+    c_create, c_destroy, c_describe_metrics, NULL, &c_verify_plan, NULL};
 
 /* The entry point a C plugin exports (here a plain function of the test program). */
 SPECPIPE_PLUGIN_EXPORT const specpipe_plugin_table* specpipe_plugin_entry(uint32_t host_abi_version);
