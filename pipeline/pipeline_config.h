@@ -87,6 +87,11 @@ struct ServerConfig {
   int64_t max_message_bytes = 1 << 20;  ///< larger requests get a too_large error
   int32_t max_inflight = 256;           ///< requests in the pipeline before "overloaded"
   int32_t shutdown_grace_ms = 5000;     ///< SIGINT/SIGTERM: time in-flight requests get to finish
+  /// The OpenAI-style HTTP gateway's bind address, "HOST:PORT" (port 0 picks a free one);
+  /// empty: no gateway (docs/HTTP.md).
+  std::string http;
+  /// HTTP: time a client has to send a request's head and body, and to take each write.
+  int32_t http_timeout_ms = 10000;
 };
 
 /// A plugin library the pipeline loads (docs/PLUGIN_SDK.md).

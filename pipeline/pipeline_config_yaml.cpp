@@ -172,7 +172,17 @@ void read_scheduler(const Section& top, SchedulerSection& c) {
 }
 
 void read_server(const Section& top, ServerConfig& c) {
-  const Section s = top.child("server", {"endpoint", "max_message_bytes", "max_inflight", "shutdown_grace_ms"});
+/// "HOST:PORT" with a non-empty host and a port of 0-65535 (the HTTP gateway resolves the host).
+bool is_http_bind_address(const std::string& a) {
+  const size_t colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == a.size() || a.size() - colon - 1 > 5) return false;
+  const std::string port = a.substr(colon + 1);
+  return std::all_of(port.begin(), port.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }) &&
+         std::stoi(port) <= 65535;
+}
+
+  const Section s =
+      top.child("server", {"endpoint", "max_message_bytes", "max_inflight", "shutdown_grace_ms", "http", "http_timeout_ms"});
   s.read("endpoint", c.endpoint);
   bool known_transport = false;
   for (const std::string_view scheme : {"tcp://", "ipc://", "inproc://"})
@@ -184,6 +194,10 @@ void read_server(const Section& top, ServerConfig& c) {
   s.read("max_inflight", c.max_inflight, IntRange{1, kMillion});
   s.read("shutdown_grace_ms", c.shutdown_grace_ms, IntRange{0, 600'000});
 }
+  s.read("http", c.http);
+  if (!c.http.empty() && !is_http_bind_address(c.http))
+    s.fail("http", fmt::format("\"{}\" is not HOST:PORT (e.g. 127.0.0.1:8000; port 0 picks a free one)", c.http));
+  s.read("http_timeout_ms", c.http_timeout_ms, IntRange{100, 600'000});
 
 void read_defaults(const Section& top, RequestDefaults& c) {
   const Section s = top.child("defaults", {"max_tokens", "temperature", "top_k", "top_p", "stop_at_eos"});

@@ -8,6 +8,7 @@
 #include <zmq.hpp>
 
 #include "core/error.h"
+#include "server/admission.h"
 #include "server/protocol.h"
 
 namespace specpipe::server {
@@ -151,17 +152,8 @@ struct Endpoint::Impl {
     if (static_cast<int32_t>(inflight.size()) >= config.server.max_inflight)
       return reply(peer, delimiter, error_reply(r.id, "overloaded",
                                                 fmt::format("{} requests in flight; retry later", inflight.size())));
-    if (r.prompt_text) {
-      try {
-        r.spec.prompt = engine.tokenizer().encode(*r.prompt_text);
-      } catch (const std::exception& e) {
-        return reply(peer, delimiter, error_reply(r.id, "bad_request", fmt::format("prompt: {}", e.what())));
-      }
-    }
-    const int32_t vocab = engine.parts().target->config().vocab_size;
-    for (int32_t t : r.spec.prompt)
-      if (t >= vocab)
-        return reply(peer, delimiter, error_reply(r.id, "bad_request", fmt::format("prompt_ids: {} is not below the vocabulary size {}", t, vocab)));
+    if (auto refused = prepare_prompt(engine, r.prompt_text, r.spec))
+      return reply(peer, delimiter, error_reply(r.id, "bad_request", *refused));
     const std::string id = r.id;
     const bool stream = r.stream;
     auto sink = std::make_shared<actors::CallbackSink>(

@@ -152,6 +152,9 @@ const BadConfig kBadConfigs[] = {
   {"BadCudaIndex", "device: cuda:x", "device", "expected cpu or cuda:N"},
   {"HttpEndpoint", "server: {endpoint: \"http://127.0.0.1:5555\"}", "server.endpoint", "is not a ZeroMQ address"},
   {"SchemeOnlyEndpoint", "server: {endpoint: \"tcp://\"}", "server.endpoint", "is not a ZeroMQ address"},
+  {"HttpWithoutPort", "server: {http: \"127.0.0.1\"}", "server.http", "is not HOST:PORT"},
+  {"HttpPortTooLarge", "server: {http: \"127.0.0.1:65536\"}", "server.http", "is not HOST:PORT"},
+  {"HttpTimeoutTooShort", "server: {http_timeout_ms: 99}", "server.http_timeout_ms", "out of range [100, 600000]"},
   {"VersionTwo", "version: 2", "version", "version 2 is not supported (this build reads 1)"},
   {"VersionQuoted", "version: \"1\"", "version", "(quoted, so a string)"},
   // Document level. Column 23 is the "}" that closes a list.
