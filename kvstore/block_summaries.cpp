@@ -1,0 +1,82 @@
+#include "kvstore/block_summaries.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace specpipe {
+
+void BlockSummaries::add_layer_block(int32_t layer, const float* keys, int64_t ld) {
+  const int32_t d = shape_.kv_dim();
+  std::vector<float>& mx = max_.at(static_cast<size_t>(layer));
+  std::vector<float>& mn = min_.at(static_cast<size_t>(layer));
+  if (mx.size() != static_cast<size_t>(blocks_) * d)
+    fail(ErrorCode::invalid_argument, "block summaries: layer {} is not at block {}", layer, blocks_);
+  mx.insert(mx.end(), keys, keys + d);
+  mn.insert(mn.end(), keys, keys + d);
+  float* bmax = mx.data() + static_cast<int64_t>(blocks_) * d;
+  float* bmin = mn.data() + static_cast<int64_t>(blocks_) * d;
+  for (int32_t r = 1; r < shape_.block_size; ++r) {
+    const float* row = keys + r * ld;
+    for (int32_t i = 0; i < d; ++i) {
+      bmax[i] = std::max(bmax[i], row[i]);
+      bmin[i] = std::min(bmin[i], row[i]);
+    }
+  }
+}
+
+void BlockSummaries::truncate(int32_t blocks) {
+  if (blocks >= blocks_) return;
+  blocks_ = std::max(0, blocks);
+  const size_t keep = static_cast<size_t>(blocks_) * shape_.kv_dim();
+  for (auto& v : max_) v.resize(std::min(v.size(), keep));
+  for (auto& v : min_) v.resize(std::min(v.size(), keep));
+}
+
+const float* BlockSummaries::kmax(int32_t layer, int32_t block) const {
+  return max_.at(static_cast<size_t>(layer)).data() + static_cast<int64_t>(block) * shape_.kv_dim();
+}
+
+const float* BlockSummaries::kmin(int32_t layer, int32_t block) const {
+  return min_.at(static_cast<size_t>(layer)).data() + static_cast<int64_t>(block) * shape_.kv_dim();
+}
+
+void BlockSummaries::score(int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads,
+                           std::span<float> scores) const {
+  const int32_t hd = shape_.head_dim;
+  if (num_heads % shape_.kv_heads != 0)
+    fail(ErrorCode::invalid_argument, "block summaries: {} query heads over {} KV heads", num_heads, shape_.kv_heads);
+  if (scores.size() < static_cast<size_t>(blocks_))
+    fail(ErrorCode::invalid_argument, "block summaries: {} scores for {} blocks", scores.size(), blocks_);
+  const int32_t group = num_heads / shape_.kv_heads;
+  for (int32_t b = 0; b < blocks_; ++b) {
+    const float* bmax = kmax(layer, b);
+    const float* bmin = kmin(layer, b);
+    double s = 0;
+    for (int32_t i = 0; i < n; ++i)
+      for (int32_t h = 0; h < num_heads; ++h) {
+        const float* qh = q + i * ld_q + static_cast<int64_t>(h) * hd;
+        const int64_t g = static_cast<int64_t>(h / group) * hd;
+        float acc = 0;
+        for (int32_t e = 0; e < hd; ++e) acc += std::max(qh[e] * bmax[g + e], qh[e] * bmin[g + e]);
+        s += acc;
+      }
+    scores[static_cast<size_t>(b)] = static_cast<float>(s);
+  }
+}
+
+std::vector<int32_t> top_blocks(std::span<const float> scores, int32_t k, int32_t first) {
+  std::vector<int32_t> idx;
+  for (auto b = static_cast<int32_t>(std::max(0, first)); b < static_cast<int32_t>(scores.size()); ++b) idx.push_back(b);
+  const auto keep = static_cast<size_t>(std::clamp<int64_t>(k, 0, static_cast<int64_t>(idx.size())));
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(keep), idx.end(), [&](int32_t a, int32_t b) {
+    return scores[static_cast<size_t>(a)] != scores[static_cast<size_t>(b)] ? scores[static_cast<size_t>(a)] > scores[static_cast<size_t>(b)]
+                                                                            : a < b;
+  });
+  idx.resize(keep);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+}  // namespace specpipe

@@ -1,0 +1,65 @@
+#include "kvstore/retrieval_index.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace specpipe {
+
+RetrievalIndex::Entry& RetrievalIndex::entry(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) it = seqs_.emplace(seq, Entry(shape_)).first;
+  return it->second;
+}
+
+void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified) {
+  if (!kv.tensors().holds_pool())
+    fail(ErrorCode::unsupported, "retrieval: the KV pool is on a device; block summaries are built on the CPU only");
+  if (kv.host_blocks(seq) > 0)
+    fail(ErrorCode::unsupported, "retrieval: sequence {} has K/V on the host tier (not supported yet)", seq);
+  Entry& e = entry(seq);
+  const int32_t B = shape_.block_size;
+  const int32_t full = std::min(verified, kv.length(seq)) / B;
+  e.summaries.truncate(full);
+  const std::span<const int32_t> table = kv.block_table(seq);
+  const KvTensors& t = kv.tensors();
+  for (int32_t b = e.summaries.blocks(); b < full; ++b) {
+    const int64_t first_slot = static_cast<int64_t>(table[static_cast<size_t>(b)]) * B;
+    for (int32_t layer = 0; layer < shape_.num_layers; ++layer)
+      e.summaries.add_layer_block(layer, t.k(layer) + first_slot * t.slot_stride(), t.slot_stride());
+    e.summaries.finish_block();
+  }
+}
+
+void RetrievalIndex::select(SeqId seq, int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads,
+                            int32_t k, int32_t first, int32_t last) {
+  Entry& e = entry(seq);
+  const int32_t blocks = std::min(last, e.summaries.blocks());
+  scores_.assign(static_cast<size_t>(std::max(0, e.summaries.blocks())), 0.0f);
+  e.summaries.score(layer, q, n, ld_q, num_heads, scores_);
+  e.selected.at(static_cast<size_t>(layer)) =
+      top_blocks(std::span<const float>(scores_).first(static_cast<size_t>(std::max(0, blocks))), k, first);
+  if (layer == 0) ++refreshes_;
+}
+
+void RetrievalIndex::forget_all_but(const KvStore& kv) {
+  for (auto it = seqs_.begin(); it != seqs_.end();) it = kv.contains(it->first) ? std::next(it) : seqs_.erase(it);
+}
+
+bool RetrievalIndex::ready(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it != seqs_.end() && it->second.ready;
+}
+
+std::span<const int32_t> RetrievalIndex::retrieved(SeqId seq, int32_t layer) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return {};
+  return it->second.selected.at(static_cast<size_t>(layer));
+}
+
+int32_t RetrievalIndex::summarised_blocks(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it == seqs_.end() ? 0 : it->second.summaries.blocks();
+}
+
+}  // namespace specpipe

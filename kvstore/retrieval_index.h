@@ -1,0 +1,60 @@
+#pragma once
+/// SpecPV retrieval state of the target's sequences: block summaries kept up to date as
+/// blocks fill, and each sequence's retrieved blocks per layer, re-selected on a full
+/// verification round from that round's queries (kvstore/block_summaries.h). Owned by
+/// the verifier, which reads the K/V store during its forwards; it only reads the store.
+///
+/// Only K/V checked by a full verification are summarised (positions below the caller's
+/// `verified` length): K/V written by a partial round were computed over a partial view
+/// and are recomputed by the next full round, so a summary never holds them.
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "kvstore/block_summaries.h"
+#include "kvstore/kv_store.h"
+
+namespace specpipe {
+
+class RetrievalIndex {
+ public:
+  explicit RetrievalIndex(SummaryShape shape) : shape_(shape) {}
+
+  /// Summarises the full blocks of `seq` below position `verified` not summarised yet,
+  /// reading their keys from the store's pool (host tensors). Blocks the sequence no
+  /// longer reaches (it was truncated below them) are forgotten first.
+  void update(const KvStore& kv, SeqId seq, int32_t verified);
+  /// Re-selects `seq`'s retrieved blocks of `layer`: the top `k` by score for the
+  /// window's query rows q ([n, num_heads * head_dim], row i at q + i * ld_q), blocks
+  /// [first, last) only (outside the sink and the recent region).
+  void select(SeqId seq, int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads, int32_t k,
+              int32_t first, int32_t last);
+  /// Marks `seq`'s selection complete (every layer selected this round).
+  void mark_ready(SeqId seq) { entry(seq).ready = true; }
+  bool ready(SeqId seq) const;
+  /// The retrieved blocks of `layer` (ascending); empty before the first selection.
+  std::span<const int32_t> retrieved(SeqId seq, int32_t layer) const;
+  int32_t summarised_blocks(SeqId seq) const;
+  void forget(SeqId seq) { seqs_.erase(seq); }
+  /// Forgets every sequence the store no longer holds (released since).
+  void forget_all_but(const KvStore& kv);
+  /// Refreshes done (every layer of a sequence counts once).
+  int64_t refreshes() const { return refreshes_; }
+
+ private:
+  struct Entry {
+    explicit Entry(SummaryShape s) : summaries(s), selected(static_cast<size_t>(s.num_layers)) {}
+    BlockSummaries summaries;
+    std::vector<std::vector<int32_t>> selected;  // per layer
+    bool ready = false;
+  };
+  Entry& entry(SeqId seq);
+
+  SummaryShape shape_;
+  std::map<SeqId, Entry> seqs_;
+  std::vector<float> scores_;
+  int64_t refreshes_ = 0;
+};
+
+}  // namespace specpipe

@@ -1,0 +1,148 @@
+// SpecPV retrieval and partial views: block summaries against a naive max / min, the
+// Quest bound against every key's real dot product, top-k selection, the view's blocks
+// (sink, retrieved, recent region; the last block always in view) and its refusals, and
+// the index reading a real KV store (only fully verified blocks summarised).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "kvstore/block_summaries.h"
+#include "kvstore/kv_store.h"
+#include "kvstore/partial_view.h"
+#include "kvstore/retrieval_index.h"
+
+namespace specpipe {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(BlockSummaries, MaxMinAndQuestBoundHoldForEveryKey) {
+  const SummaryShape shape{2, 2, 8, 4};  // 2 layers, 2 KV heads of 8, blocks of 4
+  const int32_t d = shape.kv_dim(), blocks = 5, heads = 4;  // 2 query heads per KV head
+  const auto keys = random_floats(static_cast<size_t>(blocks * shape.block_size * d), 1);
+  BlockSummaries s(shape);
+  for (int32_t b = 0; b < blocks; ++b) {
+    for (int32_t layer = 0; layer < 2; ++layer) s.add_layer_block(layer, keys.data() + b * shape.block_size * d, d);
+    s.finish_block();
+  }
+  ASSERT_EQ(s.blocks(), blocks);
+  for (int32_t b = 0; b < blocks; ++b)
+    for (int32_t i = 0; i < d; ++i) {
+      float mx = -1e30f, mn = 1e30f;
+      for (int32_t r = 0; r < shape.block_size; ++r) {
+        mx = std::max(mx, keys[static_cast<size_t>((b * shape.block_size + r) * d + i)]);
+        mn = std::min(mn, keys[static_cast<size_t>((b * shape.block_size + r) * d + i)]);
+      }
+      EXPECT_EQ(s.kmax(1, b)[i], mx);
+      EXPECT_EQ(s.kmin(1, b)[i], mn);
+    }
+  // One query row: the score of a block bounds every key's dot product from above,
+  // summed over the query heads.
+  const auto q = random_floats(static_cast<size_t>(heads * shape.head_dim), 2);
+  std::vector<float> scores(blocks);
+  s.score(0, q.data(), 1, heads * shape.head_dim, heads, scores);
+  for (int32_t b = 0; b < blocks; ++b)
+    for (int32_t r = 0; r < shape.block_size; ++r) {
+      double dot = 0;
+      for (int32_t h = 0; h < heads; ++h)
+        for (int32_t e = 0; e < shape.head_dim; ++e)
+          dot += q[static_cast<size_t>(h * shape.head_dim + e)] *
+                 keys[static_cast<size_t>((b * shape.block_size + r) * d + (h / 2) * shape.head_dim + e)];
+      EXPECT_GE(scores[static_cast<size_t>(b)] + 1e-4, dot) << "block " << b << " row " << r;
+    }
+  s.truncate(2);
+  EXPECT_EQ(s.blocks(), 2);
+  s.add_layer_block(0, keys.data(), d);
+  EXPECT_THROW(s.add_layer_block(0, keys.data(), d), std::exception) << "layer 0 is a block ahead already";
+}
+
+TEST(BlockSummaries, TopBlocksAscendingDeterministicFromFirst) {
+  const std::vector<float> scores{5, 1, 9, 9, 3, 7};
+  EXPECT_EQ(top_blocks(scores, 3), (std::vector<int32_t>{2, 3, 5}));
+  EXPECT_EQ(top_blocks(scores, 2, 3), (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(top_blocks(scores, 1), (std::vector<int32_t>{2}));  // a tie goes to the earlier block
+  EXPECT_EQ(top_blocks(scores, 10, 4).size(), 2u);
+  EXPECT_TRUE(top_blocks(scores, 0).empty());
+}
+
+TEST(PartialView, SinkRetrievedRecentAndTheLastBlock) {
+  // 200 tokens in blocks of 16 (13 blocks, the last holding 8); verified up to 190.
+  const ViewBudget budget{16, 2, 32, 64};
+  const std::vector<int32_t> retrieved{3, 7};
+  ViewRefusal why{};
+  const auto blocks = view_blocks(200, 190, 16, budget, retrieved, &why);
+  ASSERT_TRUE(blocks);
+  EXPECT_EQ(why, ViewRefusal::none);
+  // sink block 0; retrieved 3, 7; recent from min(190, 200 - 32) = 168: block 10 on.
+  EXPECT_EQ(*blocks, (std::vector<int32_t>{0, 3, 7, 10, 11, 12}));
+  EXPECT_EQ(view_length(*blocks, 200, 16), 5 * 16 + 8);
+  // Unverified tokens since 150 widen the recent region to block 9.
+  EXPECT_EQ(view_blocks(200, 150, 16, budget, retrieved)->at(3), 9);
+  // Retrieved blocks inside the sink or the recent region are not counted twice.
+  EXPECT_EQ(view_blocks(200, 190, 16, budget, std::vector<int32_t>{0, 11})->size(), 4u);
+  // A block boundary: the last full block is still the view's last.
+  const auto aligned = view_blocks(192, 192, 16, ViewBudget{0, 1, 0, 64}, std::vector<int32_t>{2});
+  ASSERT_TRUE(aligned);
+  EXPECT_EQ(aligned->back(), 11);
+  EXPECT_EQ(view_length(*aligned, 192, 16), 32);
+}
+
+TEST(PartialView, RefusesWholeContextAndFullBuffer) {
+  ViewRefusal why{};
+  EXPECT_FALSE(view_blocks(40, 40, 16, ViewBudget{64, 4, 256, 64}, {}, &why));
+  EXPECT_EQ(why, ViewRefusal::covers_context);
+  EXPECT_FALSE(view_blocks(0, 0, 16, ViewBudget{0, 1, 0, 0}, {}, &why));
+  EXPECT_EQ(why, ViewRefusal::covers_context);
+  EXPECT_FALSE(view_blocks(500, 400, 16, ViewBudget{16, 2, 32, 64}, {}, &why));
+  EXPECT_EQ(why, ViewRefusal::buffer_full);
+}
+
+TEST(RetrievalIndex, SummarisesVerifiedFullBlocksFromThePool) {
+  KvStoreConfig c;
+  c.num_layers = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 4;
+  c.block_size = 4;
+  c.num_blocks = 16;
+  c.prefix_cache = false;
+  KvStore kv(c);
+  const SeqId seq = kv.add_sequence({});
+  std::vector<int32_t> tokens(14);
+  kv.reserve(seq, 14);
+  // Key of position p, layer l, element i: p * 10 + l + i / 10.
+  for (int32_t p = 0; p < 14; ++p)
+    for (int32_t l = 0; l < 2; ++l)
+      for (int32_t i = 0; i < 4; ++i)
+        kv.tensors().k(l)[kv.slot(seq, p) * 4 + i] = static_cast<float>(p * 10 + l) + static_cast<float>(i) / 10;
+  kv.commit(seq, tokens);
+  RetrievalIndex index({2, 1, 4, 4});
+  index.update(kv, seq, 9);  // verified 9: blocks 0 and 1 are full and verified
+  EXPECT_EQ(index.summarised_blocks(seq), 2);
+  index.update(kv, seq, 14);
+  EXPECT_EQ(index.summarised_blocks(seq), 3);
+  // A query along element 0: block 2 (positions 8-11) scores highest, then 1.
+  const std::vector<float> q{1, 0, 0, 0};
+  index.select(seq, 1, q.data(), 1, 4, 1, 2, 0, 3);
+  EXPECT_EQ(std::vector<int32_t>(index.retrieved(seq, 1).begin(), index.retrieved(seq, 1).end()),
+            (std::vector<int32_t>{1, 2}));
+  EXPECT_FALSE(index.ready(seq));
+  index.mark_ready(seq);
+  EXPECT_TRUE(index.ready(seq));
+  kv.truncate(seq, 6);
+  index.update(kv, seq, 14);  // the store holds 6 now: one full block
+  EXPECT_EQ(index.summarised_blocks(seq), 1);
+  kv.release(seq);
+  index.forget_all_but(kv);
+  EXPECT_EQ(index.summarised_blocks(seq), 0);
+}
+
+}  // namespace
+}  // namespace specpipe
