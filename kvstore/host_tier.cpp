@@ -36,6 +36,10 @@ int32_t blocks_for(const HostTierLayout& layout, int64_t bytes) {
 
 }  // namespace
 
+std::string HostMemoryAllocator::failure(size_t bytes) const {
+  return fmt::format("cannot allocate {} bytes of host memory", bytes);
+}
+
 HostMemoryAllocator& default_host_allocator() {
   static AlignedAllocator allocator;
   return allocator;
@@ -52,8 +56,8 @@ HostKvTier::HostKvTier(const HostTierLayout& layout, int64_t bytes, HostMemoryAl
   allocated_bytes_ = static_cast<size_t>(int64_t{blocks_.num_blocks()} * block_bytes());
   memory_ = static_cast<float*>(allocator_->allocate(allocated_bytes_));
   if (!memory_)
-    fail(ErrorCode::out_of_capacity, "KV host tier: cannot allocate {} bytes of host memory ({} blocks of {})",
-         allocated_bytes_, blocks_.num_blocks(), block_bytes());
+    fail(ErrorCode::out_of_capacity, "KV host tier: {} ({} blocks of {} bytes)", allocator_->failure(allocated_bytes_),
+         blocks_.num_blocks(), block_bytes());
 }
 
 HostKvTier::~HostKvTier() { allocator_->release(memory_, allocated_bytes_); }

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kvstore/block_pool.h"
 
@@ -26,6 +27,9 @@ class HostMemoryAllocator {
   /// (never throws). Contents undefined.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* memory, size_t bytes) = 0;
+  /// Why allocate(bytes) returned nullptr, for the tier's Error(out_of_capacity): the
+  /// default names the bytes; a pinned allocator says they cannot be pinned and why.
+  virtual std::string failure(size_t bytes) const;
 };
 
 /// The CPU backend's allocator (std::aligned_alloc: pages are only touched when used).
