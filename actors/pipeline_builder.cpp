@@ -26,10 +26,6 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     fail(ErrorCode::invalid_argument, "slots.drafter.gamma must be in [0, {}]", c.drafter.max_gamma);
   const Device device = Device::parse(c.device);
   const bool on_device = device.kind != DeviceKind::cpu;
-  if (c.offload.enable && on_device)
-    fail(ErrorCode::unsupported,
-         "offload.enable: the host KV tier and layer ring run on the CPU backend only so far, not on {}",
-         device.to_string());
   // A device forward takes a bounded number of tokens: a round's verify windows (every
   // sequence's gamma + 1, plus a recomputed token) and a prefill chunk must fit.
   constexpr int32_t kDeviceForwardTokens = 1024;
@@ -92,12 +88,15 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   p.kv = std::make_shared<KvStore>(kv_config, std::move(copier));
   int32_t host_blocks = 0;
   if (c.offload.enable) {
-    // The host tier (nothing half-allocated on failure) and the target's layer ring.
+    // The host tier (nothing half-allocated on failure; on a device in pinned memory,
+    // its blocks moved by the target's stream) and the target's layer ring.
     const HostTierLayout layout{kv_config.num_layers, kv_config.num_kv_heads, kv_config.head_dim,
                                 kv_config.block_size};
     try {
-      p.kv->attach_host_tier(std::make_unique<HostKvTier>(layout, c.offload.host_bytes));
-      p.target->enable_layer_ring(c.offload.ring_slots, c.offload.overlap);
+      p.target->enable_layer_ring(c.offload.ring_slots, c.offload.overlap);  // ring_slots < 2 before any allocation
+      p.kv->attach_host_tier(
+          std::make_unique<HostKvTier>(layout, c.offload.host_bytes, p.target->host_memory_allocator()),
+          p.target->host_tier_copier());
     } catch (const Error& e) {
       fail(e.code(), "offload: {}", e.what());
     }

@@ -146,11 +146,18 @@ class ForwardModel {
   /// host-tier K/V of its sequences through a layer ring of `slots` layer slots
   /// (kvstore/layer_ring.h); slots < 2 is Error(invalid_argument). CPU: the ring's
   /// copies run on a copy thread, or with `overlap` false on the forward's own thread
-  /// (no overlap, for comparison). This default (device backends so far) throws
-  /// Error(unsupported): their forward reads the pool only.
+  /// (no overlap, for comparison); CUDA: a device ring loaded by a copy stream
+  /// (model/cuda/device_ring.h), or with `overlap` false by copies in line on the
+  /// model's stream. This default (backends without a ring) throws Error(unsupported).
   virtual void enable_layer_ring(int32_t slots, bool overlap = true);
   /// The layer ring's counters (zeros without a ring).
   virtual RingStats ring_stats() const { return {}; }
+  /// Offload: where a host tier for this model's pool takes its memory (a device model:
+  /// pinned memory, which its ring copies asynchronously; null: default_host_allocator)
+  /// and how whole blocks move between the model's pool and that tier (the copier of
+  /// KvStore::attach_host_tier; empty for the CPU, whose store copies its host tensors).
+  virtual HostMemoryAllocator* host_memory_allocator() { return nullptr; }
+  virtual HostTierCopier host_tier_copier() { return {}; }
 
   /// The most tokens (all windows together) one forward takes; callers split larger
   /// work. CPU: no limit.

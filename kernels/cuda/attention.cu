@@ -130,6 +130,17 @@ __device__ inline bool chunk_task(const AttentionBatch& b, int32_t row, int32_t 
   return chunk < attention_chunks(task.r.keys);
 }
 
+/// Where key j < w.prefix_len of a window lives: its pool block, or (offload) its block
+/// of the layer's ring slot.
+__device__ inline void pool_rows(const PagedPool& pool, const AttentionWindowDesc& w, int32_t j, int64_t head_off,
+                                 const float*& krow, const float*& vrow) {
+  const int32_t entry = pool.block_tables[w.block_table_offset + j / pool.block_size];
+  const bool ring = entry < 0;
+  const int64_t slot = int64_t{ring ? ring_block_of(entry) : entry} * pool.block_size + j % pool.block_size;
+  krow = (ring ? pool.ring_k : pool.k) + slot * pool.slot_stride + head_off;
+  vrow = (ring ? pool.ring_v : pool.v) + slot * pool.slot_stride + head_off;
+}
+
 /// Loads the group's queries and the addresses of the chunk's K/V rows (pool prefix or
 /// dense window) into shared memory.
 template <int kDimLanes>
@@ -149,10 +160,7 @@ __device__ inline void load_chunk(const AttentionShape& s, const PagedPool& pool
     const int64_t head_off = int64_t{kvh} * hd;
     const AttentionWindowDesc& w = task.r.w;
     if (j < w.prefix_len) {
-      const int32_t* table = pool.block_tables + w.block_table_offset;
-      const int64_t slot = int64_t{table[j / pool.block_size]} * pool.block_size + j % pool.block_size;
-      sh.krow[tid] = pool.k + slot * pool.slot_stride + head_off;
-      sh.vrow[tid] = pool.v + slot * pool.slot_stride + head_off;
+      pool_rows(pool, w, j, head_off, sh.krow[tid], sh.vrow[tid]);
     } else {
       const int64_t t = int64_t{w.first_token} + (j - w.prefix_len);
       sh.krow[tid] = b.k + t * b.ld_kv + head_off;
@@ -449,7 +457,7 @@ constexpr int32_t kStageMaxRows = 16;
 bool can_stage(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return b.total_tokens <= kStageMaxRows && s.head_dim % 4 == 0 && pool.slot_stride % 4 == 0 && b.ld_kv % 4 == 0 &&
-         aligned(pool.v) && aligned(b.v);
+         aligned(pool.v) && aligned(b.v) && aligned(pool.ring_v);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -680,10 +688,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       const int32_t j = t.j0 + tid;
       const int64_t head_off = int64_t{kvh} * hd;
       if (j < w.prefix_len) {
-        const int32_t* table = pool.block_tables + w.block_table_offset;
-        const int64_t slot = int64_t{table[j / pool.block_size]} * pool.block_size + j % pool.block_size;
-        krow[tid] = pool.k + slot * pool.slot_stride + head_off;
-        vrow[tid] = pool.v + slot * pool.slot_stride + head_off;
+        pool_rows(pool, w, j, head_off, krow[tid], vrow[tid]);
       } else {
         const int64_t tok = int64_t{w.first_token} + (j - w.prefix_len);
         krow[tid] = b.k + tok * b.ld_kv + head_off;

@@ -26,12 +26,17 @@ struct AttentionShape {
 };
 
 /// One layer's pool (FP32, kvstore/kv_tensors.h layout) and the batch's block tables.
+/// A table entry e >= 0 is pool block e; e < 0 is block ring_block_of(e) of the layer's
+/// ring slot (host-tier K/V the layer ring loaded, laid out like the pool: offload,
+/// model/cuda/device_ring.h). Only the addresses differ: the same keys give the same bits.
 struct PagedPool {
   const float* k;              ///< [slots, kv_heads, head_dim]; read
   const float* v;              ///< same layout; read
   int64_t slot_stride;         ///< floats per slot (kv_heads * head_dim)
   int32_t block_size;
   const int32_t* block_tables; ///< all windows' block tables, back to back; read
+  const float* ring_k = nullptr;  ///< the ring slot's K [ring blocks, block_size, kv_heads, head_dim]; read
+  const float* ring_v = nullptr;  ///< its V, same layout
 };
 
 struct AttentionBatch {

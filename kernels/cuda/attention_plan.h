@@ -28,6 +28,11 @@ SPECPIPE_HOST_DEVICE constexpr int32_t attention_chunks(int32_t keys) {
   return (keys + kAttentionChunkKeys - 1) / kAttentionChunkKeys;
 }
 
+/// The block table entry of block `ring_block` of a layer ring slot (PagedPool), and back.
+/// Negative, so no pool block is mistaken for one.
+SPECPIPE_HOST_DEVICE constexpr int32_t ring_table_entry(int32_t ring_block) { return -1 - ring_block; }
+SPECPIPE_HOST_DEVICE constexpr int32_t ring_block_of(int32_t entry) { return -1 - entry; }
+
 /// One window as the device reads it (an array of these lives in device memory).
 struct AttentionWindowDesc {
   int32_t prefix_len;          ///< keys [0, prefix_len) are in the pool

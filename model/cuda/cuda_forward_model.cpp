@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "model/cuda/pinned_host_allocator.h"
 
 namespace specpipe {
 namespace {
@@ -92,6 +93,14 @@ BlockCopier CudaForwardModel::block_copier() {
   CudaTransformer* model = model_.get();  // the store is built and dropped with the pipeline that owns this model
   return [model](int32_t src, int32_t dst) { model->queue_block_copy(src, dst); };
 }
+
+HostTierCopier CudaForwardModel::host_tier_copier() {
+  CudaTransformer* model = model_.get();  // as block_copier's
+  return {[model](int32_t pool_block, int32_t host_block) { model->queue_host_copy(true, pool_block, host_block); },
+          [model](int32_t host_block, int32_t pool_block) { model->queue_host_copy(false, pool_block, host_block); }};
+}
+
+HostMemoryAllocator* CudaForwardModel::host_memory_allocator() { return &cuda::pinned_host_allocator(); }
 
 void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                                Logits& out) {

@@ -44,6 +44,12 @@ class CudaForwardModel final : public ForwardModel {
   KvStoreConfig kv_config(int32_t num_blocks, int32_t block_size) const override;
   void allocate_kv_pool(int32_t num_blocks, int32_t block_size) override;
   BlockCopier block_copier() override;
+  /// Offload: the host tier in pinned memory, its blocks moved by copies queued on the
+  /// model's stream, host-tier K/V streamed through a device ring (device_ring.h).
+  HostMemoryAllocator* host_memory_allocator() override;
+  HostTierCopier host_tier_copier() override;
+  void enable_layer_ring(int32_t slots, bool overlap = true) override { model_->enable_layer_ring(slots, overlap); }
+  RingStats ring_stats() const override { return model_->ring_stats(); }
   DeviceKvPool* device_kv_pool() override { return &pool_; }
   int32_t max_forward_tokens() const override { return model_->max_tokens(); }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,

@@ -14,6 +14,7 @@
 #include "kernels/cuda/kv_cache.h"
 #include "model/cuda/decoder_step.h"
 #include "model/cuda/device_memory.h"
+#include "model/cuda/device_ring.h"
 #include "model/cuda/device_weights.h"
 #include "model/cuda/forward_plan.h"
 #include "model/cuda/fused_step.h"
@@ -193,7 +194,7 @@ void CudaTransformer::read_pool(int32_t layer, std::vector<float>& k, std::vecto
                         static_cast<size_t>(config_.kv_dim());
   k.resize(floats);
   v.resize(floats);
-  apply_block_copies();
+  apply_block_copies(nullptr);
   cuda_try(cudaStreamSynchronize(stream_), "sync");
   cuda_try(cudaMemcpy(k.data(), d.pool_k.at(static_cast<size_t>(layer)), floats * sizeof(float), cudaMemcpyDeviceToHost), "pool read");
   cuda_try(cudaMemcpy(v.data(), d.pool_v.at(static_cast<size_t>(layer)), floats * sizeof(float), cudaMemcpyDeviceToHost), "pool read");
@@ -327,26 +328,66 @@ std::string CudaTransformer::fused_step_refusal() const { return impl_->fused_wh
 
 void CudaTransformer::queue_block_copy(int32_t src, int32_t dst) {
   const std::lock_guard lock(impl_->copies_mutex);
-  impl_->copies.emplace_back(src, dst);
+  impl_->copies.push_back({cuda::TransformerState::CopyKind::pool_to_pool, src, dst});
 }
 
-void CudaTransformer::apply_block_copies() {
+void CudaTransformer::queue_host_copy(bool to_host, int32_t pool_block, int32_t host_block) {
+  using Kind = cuda::TransformerState::CopyKind;
+  const std::lock_guard lock(impl_->copies_mutex);
+  if (to_host) impl_->copies.push_back({Kind::pool_to_host, pool_block, host_block});
+  else impl_->copies.push_back({Kind::host_to_pool, host_block, pool_block});
+}
+
+void CudaTransformer::enable_layer_ring(int32_t slots, bool overlap) {
   cuda::TransformerState& d = *impl_;
-  std::vector<std::pair<int32_t, int32_t>> copies;
+  const std::lock_guard stream_lock(d.stream_mutex);
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  auto ring = std::make_unique<cuda::DeviceLayerRing>(slots, stream_, overlap);  // checks slots first
+  d.ring = std::move(ring);
+}
+
+RingStats CudaTransformer::ring_stats() const { return impl_->ring ? impl_->ring->stats() : RingStats{}; }
+
+size_t CudaTransformer::ring_device_bytes() const { return impl_->ring ? impl_->ring->device_bytes() : 0; }
+
+void CudaTransformer::apply_block_copies(const HostKvTier* host) {
+  using Kind = cuda::TransformerState::CopyKind;
+  cuda::TransformerState& d = *impl_;
+  std::vector<cuda::TransformerState::PendingCopy> copies;
   {
     const std::lock_guard lock(d.copies_mutex);
     copies.swap(d.copies);
   }
   const size_t block_floats = static_cast<size_t>(d.block_size) * static_cast<size_t>(config_.kv_dim());
-  for (const auto& [src, dst] : copies) {
-    if (src < 0 || dst < 0 || src >= d.num_blocks || dst >= d.num_blocks)
+  for (size_t i = 0; i < copies.size();) {
+    const auto [kind, src, dst] = copies[i];
+    const bool host_side = kind != Kind::pool_to_pool;
+    const int32_t pool_block = kind == Kind::host_to_pool ? dst : src;
+    const int32_t other = kind == Kind::host_to_pool ? src : dst;
+    if (pool_block < 0 || pool_block >= d.num_blocks || other < 0 || (!host_side && other >= d.num_blocks))
       fail(ErrorCode::internal, "CUDA forward: block copy {} -> {} outside the pool of {}", src, dst, d.num_blocks);
+    if (host_side && (!host || other >= host->total_blocks()))
+      fail(ErrorCode::internal, "CUDA forward: a host tier block copy ({} -> {}) without the host tier it names", src,
+           dst);
+    // Runs of consecutive blocks between the pool and the host tier go as one copy a
+    // layer (an offloaded prefix is a run); pool-to-pool copies one by one (a run there
+    // could read a block an earlier copy of it wrote).
+    size_t n = 1;
+    while (host_side && i + n < copies.size() && copies[i + n].kind == kind &&
+           copies[i + n].src == src + static_cast<int32_t>(n) && copies[i + n].dst == dst + static_cast<int32_t>(n) &&
+           dst + static_cast<int32_t>(n) < (kind == Kind::pool_to_host ? host->total_blocks() : d.num_blocks) &&
+           src + static_cast<int32_t>(n) < (kind == Kind::pool_to_host ? d.num_blocks : host->total_blocks()))
+      ++n;
+    const size_t bytes = n * block_floats * sizeof(float);
     for (int32_t l = 0; l < config_.num_layers; ++l)
-      for (float* layer : {d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)]})
-        cuda_try(cudaMemcpyAsync(layer + static_cast<size_t>(dst) * block_floats,
-                                 layer + static_cast<size_t>(src) * block_floats, block_floats * sizeof(float),
-                                 cudaMemcpyDeviceToDevice, stream_),
-                 "pool block copy");
+      for (const bool v : {false, true}) {
+        float* pool = v ? d.pool_v[static_cast<size_t>(l)] : d.pool_k[static_cast<size_t>(l)];
+        float* tier = !host_side ? pool : const_cast<float*>(v ? host->v(l) : host->k(l));
+        float* from = (kind == Kind::host_to_pool ? tier : pool) + static_cast<size_t>(src) * block_floats;
+        float* to = (kind == Kind::pool_to_host ? tier : pool) + static_cast<size_t>(dst) * block_floats;
+        cuda_try(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream_), "pool block copy");
+      }
+    i += n;
   }
 }
 
@@ -412,7 +453,9 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   settle_launched_chain();  // its ids come back in the pinned buffer this forward reuses
   // CAF runs an actor on any of its threads; the device is per thread.
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
-  apply_block_copies();  // copy-on-write of prefix-cache blocks, before anything reads them
+  // Copy-on-write of prefix-cache blocks and moves to and from the host tier, before
+  // anything reads them.
+  apply_block_copies(kv.host_tier());
   if (stage && d.stage.bytes() == 0)
     d.stage.allocate(static_cast<size_t>(2 * int64_t{c.num_layers} * options_.max_tokens * c.kv_dim()) * sizeof(float),
                      &device_bytes_);
@@ -422,18 +465,35 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   upload_plan(plan);
 
   // The device side: every step (a graph per shape, or eagerly), then the copies back.
-  const bool use_graph = options_.graphs && plan.total_tokens <= options_.graph_max_tokens;
+  // Offload: host-tier K/V stream through the layer ring, eagerly (the ring's copies and
+  // their events are issued per forward, outside any graph) and never as the fused step
+  // (it reads the pool only).
+  const bool ring = plan.streams_host_kv();
+  if (ring && !d.ring)
+    fail(ErrorCode::invalid_argument,
+         "CUDA forward: a sequence has K/V on the host tier but the model has no layer ring (enable_layer_ring)");
+  const bool use_graph = options_.graphs && plan.total_tokens <= options_.graph_max_tokens && !ring;
   const int32_t max_chunks = attention_grid(plan, use_graph);
   // Small forwards as the one fused kernel when it is on (not in staged rounds or timing studies).
-  const bool fused = d.fused_blocks > 0 && !stage && options_.timing_skip == 0;
+  const bool fused = d.fused_blocks > 0 && !stage && options_.timing_skip == 0 && !ring;
   const cuda::StepSettings settings{options_.gemm,       fused,      stage,
                                     options_.copy_logits, options_.max_tokens, max_chunks,
-                                    cuda::KernelSkip::from_mask(options_.timing_skip)};
-  if (use_graph)
+                                    cuda::KernelSkip::from_mask(options_.timing_skip), ring ? d.ring.get() : nullptr};
+  if (use_graph) {
     d.graphs.launch(cuda::graph_key(plan, options_.copy_logits, options_.timing_skip), stream_,
                     [&] { enqueue_forward(plan, settings); });
-  else
+  } else if (ring) {
+    d.ring->begin(*kv.host_tier(), plan.ring_host_blocks, c.num_layers);
+    try {
+      enqueue_forward(plan, settings);
+      d.ring->finish();
+    } catch (...) {
+      d.ring->abandon();
+      throw;
+    }
+  } else {
     enqueue_forward(plan, settings);
+  }
   if (defer) {
     launched_ids_ = steps * plan.windows();
     launched_ready_ = false;

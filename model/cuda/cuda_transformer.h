@@ -129,7 +129,7 @@ class CudaTransformer {
   cudaStream_t stream() const { return stream_; }
   int32_t max_tokens() const { return options_.max_tokens; }
   /// Bytes of device memory held (weights, pool, scratch).
-  size_t device_bytes() const { return device_bytes_; }
+  size_t device_bytes() const { return device_bytes_ + ring_device_bytes(); }
   /// Whether forward() copies logits rows back (argmax ids always come back).
   void set_copy_logits(bool copy) { options_.copy_logits = copy; }
   /// Turns graph replay on or off (captured graphs are kept).
@@ -181,6 +181,23 @@ class CudaTransformer {
   /// run on another thread than the forwards); never fails (checked at the forward).
   void queue_block_copy(int32_t src, int32_t dst);
 
+  /// Offload (issue 16; model/cuda/device_ring.h): from now on a forward over sequences
+  /// whose oldest blocks live on the KV store's host tier streams their K/V through a
+  /// device ring of `slots` layer slots (slots < 2: Error(invalid_argument)); overlap
+  /// false copies on the model's stream, in line (the seed's synchronous way). Such
+  /// forwards run eagerly (no CUDA graph, no fused step) and give the same bits as with
+  /// every block in the pool. Greedy chains over host K/V are refused. Calling it again
+  /// replaces the ring.
+  void enable_layer_ring(int32_t slots, bool overlap = true);
+  RingStats ring_stats() const;
+  /// Device bytes of the ring's slots (0 without a ring or before a forward used it).
+  size_t ring_device_bytes() const;
+  /// Queues a copy of a whole block (every layer, K and V) from the pool to the host tier
+  /// (to_host) or back, in order with queue_block_copy's, in front of the next forward:
+  /// the KV store's HostTierCopier. The tier is the one of the KvStore that forward gets
+  /// (pinned memory: PinnedHostAllocator). Thread-safe; checked at the forward.
+  void queue_host_copy(bool to_host, int32_t pool_block, int32_t host_block);
+
   /// Staged rounds (a staging kv_write strategy such as NWOR): while on, forward() keeps
   /// the windows' K/V out of the pool and leaves each layer's rows, in window order, in
   /// a staging buffer read with staged_k / staged_v until the next forward. Not for
@@ -230,8 +247,9 @@ class CudaTransformer {
   /// A launched chain still on the device: waits for it and keeps its ids for collect
   /// (the next forward reuses the pinned buffer they come back in). Under stream_mutex.
   void settle_launched_chain();
-  /// Enqueues the queued block copies on the stream (in queue order).
-  void apply_block_copies();
+  /// Enqueues the queued block copies on the stream (in queue order); copies to or from
+  /// the host tier need `host` (the forward's KvStore's tier; else Error(internal)).
+  void apply_block_copies(const HostKvTier* host);
   /// With options.fused_step, once the pool exists: the fused kernel's tables and scratch.
   void setup_fused_step();
   ModelConfig config_;

@@ -67,10 +67,15 @@ void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const
                                c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total,
                                rows_k, rows_v, kvd, st),
                "qk norm, rope, kv scatter");
-    const PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, d.block_size, m.bt};
+    // Offload: the stream waits for this layer's ring slot as late as it can (the GEMM
+    // above overlapped its load), and the slot's next load follows the attention.
+    const RingSlot ring = s.ring ? s.ring->acquire(l) : RingSlot{nullptr, nullptr};
+    const PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, d.block_size, m.bt,
+                         ring.k, ring.v};
     const AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, m.win, m.tw, rows_total,
                                s.max_chunks, d.workspace.as<float>(), d.attention_counters.as<uint32_t>()};
     if (!skip_rest && !skip_attention) cuda_try(attention_bf16(shape, pool, batch, d.xb, st), "attention");
+    if (s.ring) s.ring->release(l);
     if (!skip_gemms) run_gemm(s.gemm, d.g_o, d.xb, w.o, d.tmp, rows_total, H, qd, "o_proj GEMM", st);
     // MLP block
     if (!skip_rest)

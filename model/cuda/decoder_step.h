@@ -11,6 +11,7 @@
 #include "kernels/cuda/attention_plan.h"
 #include "model/config.h"
 #include "model/cuda/cuda_gemm.h"
+#include "model/cuda/device_ring.h"
 #include "model/cuda/transformer_state.h"
 
 namespace specpipe::cuda {
@@ -47,6 +48,9 @@ struct StepSettings {
   int32_t max_tokens;   ///< rows the scratch and staging buffers hold
   int32_t max_chunks;   ///< attention's chunk grid (the pool's capacity when graphed)
   KernelSkip skip;
+  /// Offload: the layer ring holding the host-tier K/V the block tables point into
+  /// (ring_table_entry); each layer's attention reads its slot. Null: pool only.
+  DeviceLayerRing* ring = nullptr;
 };
 
 /// Enqueues one step of `m.total` rows on `stream`.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
@@ -14,6 +15,23 @@ size_t align16(size_t v) { return (v + 15) / 16 * 16; }
 template <typename T>
 void put(std::span<unsigned char> host, size_t at, const std::vector<T>& values) {
   if (!values.empty()) std::memcpy(host.data() + at, values.data(), values.size() * sizeof(T));
+}
+
+/// Offload: points the first host_blocks(seq) entries of the sequence's `table` (kOnHost)
+/// at the ring blocks holding them, giving the sequence its ring blocks on first sight (a
+/// sequence in two windows is loaded once).
+void add_ring_blocks(const KvStore& kv, SeqId seq, std::span<int32_t> table,
+                     std::unordered_map<SeqId, int32_t>& ring_at, std::vector<int32_t>& ring_host_blocks) {
+  const std::span<const int32_t> host = kv.host_block_table(seq);
+  if (host.empty()) return;
+  auto [at, fresh] = ring_at.try_emplace(seq, static_cast<int32_t>(ring_host_blocks.size()));
+  if (fresh) ring_host_blocks.insert(ring_host_blocks.end(), host.begin(), host.end());
+  for (size_t i = 0; i < host.size(); ++i) {
+    if (table[i] != KvStore::kOnHost)
+      fail(ErrorCode::internal, "CUDA forward: sequence {}'s block {} is on the host tier but its table holds {}", seq,
+           i, table[i]);
+    table[i] = ring_table_entry(at->second + static_cast<int32_t>(i));
+  }
 }
 
 }  // namespace
@@ -75,6 +93,9 @@ ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, 
     p.total_tokens += n;
     p.logit_rows += chain ? 1 : logit_rows(w);
     chain_chunks = std::max(chain_chunks, attention_chunks(starts[wi] + n + steps - 1));
+    if (chain && kv.host_blocks(w.seq) > 0)
+      fail(ErrorCode::unsupported, "CUDA forward: a greedy chain over sequence {}, whose oldest K/V are on the host tier",
+           w.seq);
   }
   if (p.total_tokens > g.max_tokens)
     fail(ErrorCode::invalid_argument, "CUDA forward: {} tokens in one forward, more than max_tokens {}",
@@ -94,6 +115,7 @@ ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, 
   p.logit_index.reserve(static_cast<size_t>(p.logit_rows));
   p.shape.reserve(2 * nw);
   int32_t row = 0, lr = 0;
+  std::unordered_map<SeqId, int32_t> ring_at;  // a sequence's first ring block (offload)
   for (size_t wi = 0; wi < nw; ++wi) {
     const ForwardWindow& w = windows[wi];
     const auto n = static_cast<int32_t>(w.tokens.size());
@@ -103,7 +125,9 @@ ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, 
       p.slots.push_back(stage ? row + i : kv.slot(w.seq, starts[wi] + i));
     }
     const auto table = kv.block_table(w.seq);
+    const size_t table_start = p.block_tables.size();
     p.block_tables.insert(p.block_tables.end(), table.begin(), table.end());
+    add_ring_blocks(kv, w.seq, std::span<int32_t>(p.block_tables).subspan(table_start), ring_at, p.ring_host_blocks);
     const int32_t rows = chain ? 1 : logit_rows(w);
     p.first_logit_row.push_back(lr);
     p.window_logit_rows.push_back(rows);

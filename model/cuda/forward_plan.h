@@ -94,11 +94,18 @@ struct ForwardPlan {
   std::vector<int32_t> window_logit_rows;  ///< [windows]
   /// The graph shape: (tokens, logits rows) per window, in order.
   std::vector<int32_t> shape;
+  /// Offload: the host tier block each block of the layer ring's slots holds, in ring
+  /// order (a sequence's host blocks in position order, sequence after sequence; empty
+  /// when no window's sequence has K/V on the host tier). A window's block table gives
+  /// its host blocks as ring_table_entry(ring block) (kernels/cuda/attention_plan.h).
+  std::vector<int32_t> ring_host_blocks;
   /// The metadata bytes [0, upload_bytes) a forward uploads: up to the end of the used
   /// block tables. A chain also uploads [chain, chain + chain_bytes).
   size_t upload_bytes = 0;
 
   int32_t windows() const { return static_cast<int32_t>(window_logit_rows.size()); }
+  /// Whether the forward streams host-tier K/V through the layer ring.
+  bool streams_host_kv() const { return !ring_host_blocks.empty(); }
   /// Argmax ids a forward hands back: one per window and step (chains), else per logits row.
   int32_t ids() const { return chain ? steps * windows() : logit_rows; }
 };
@@ -108,7 +115,9 @@ struct ForwardPlan {
 /// Throws Error, naming what is wrong, unless: the store's layout matches the model and
 /// the pool, there are windows, the pool exists, every window is valid for the store and
 /// the model (window_starts, with steps - 1 positions more for a chain), at most
-/// max_tokens tokens in all, and the block tables fit the metadata. `kv` is only read.
+/// max_tokens tokens in all, and the block tables fit the metadata, and no greedy chain
+/// reads host-tier K/V (Error(unsupported): a chain's steps would each need the ring).
+/// `kv` is only read.
 ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, bool chain, bool stage,
                          const KvStore& kv, const ModelConfig& config, const ForwardGeometry& geometry);
 

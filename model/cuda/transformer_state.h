@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include "kernels/cuda/gemm.h"
 #include "model/cuda/device_memory.h"
+#include "model/cuda/device_ring.h"
 #include "model/cuda/forward_plan.h"
 #include "model/cuda/fused_step.h"
 #include "model/cuda/graph_cache.h"
@@ -52,8 +54,19 @@ struct TransformerState {
   // The fixed metadata layout of meta / meta_host (forward_plan.h), set with the pool.
   ForwardMetaLayout meta_layout;
   GraphCache graphs;
-  std::mutex copies_mutex;                            // queue_block_copy may run on another thread
-  std::vector<std::pair<int32_t, int32_t>> copies;    // (src, dst) pool blocks, in order
+  // Block copies queued by the KV store's owner (another thread), applied in order on the
+  // stream in front of the next forward: copy-on-write in the pool, and (offload) whole
+  // blocks between the pool and the host tier. One queue: a pool block freed by an
+  // offload may be the next copy-on-write's target, and its D2H copy must go first.
+  enum class CopyKind { pool_to_pool, pool_to_host, host_to_pool };
+  struct PendingCopy {
+    CopyKind kind;
+    int32_t src, dst;
+  };
+  std::mutex copies_mutex;
+  std::vector<PendingCopy> copies;
+  // Offload: the layer ring streaming host-tier K/V (enable_layer_ring).
+  std::unique_ptr<DeviceLayerRing> ring;
   // Forwards and the staging strategy's device calls (another actor's thread) take turns
   // on the stream: nothing from another thread may land inside a graph capture.
   std::mutex stream_mutex;
@@ -80,6 +93,7 @@ struct TransformerState {
   TransformerState(const TransformerState&) = delete;
   TransformerState& operator=(const TransformerState&) = delete;
   ~TransformerState() {
+    ring.reset();  // its copies may still read the host tier
     graphs.clear();
     if (lt) cublasLtDestroy(lt);
   }

@@ -6,6 +6,7 @@
 // cases are one clear error each and the engine keeps serving.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -21,6 +22,11 @@ using test::offload_config;
 using test::Strategy;
 using test::expect_drained_after_offload;
 
+bool on_gpu() {
+  const char* device = std::getenv("SPECPIPE_TEST_DEVICE");
+  return device && std::string(device).rfind("cuda", 0) == 0;
+}
+
 
 class OffloadGolden : public ::testing::TestWithParam<Strategy> {};
 
@@ -33,7 +39,10 @@ TEST_P(OffloadGolden, PublicCasesThroughATinyPoolEqualTheGoldenOutput) {
     ASSERT_EQ(got.reason, FinishReason::length) << got.error;
     EXPECT_EQ(got.tokens, test::ids(c["target_greedy_96"])) << "case " << index;
     // The draft model's rounds are the reference's: where the K/V lives changes no bit.
-    if (s.drafter == DrafterKind::model && !s.scv) {
+    // On a GPU (tools/gpu/engine_check.sh) the reference's rounds are the CPU's, which a
+    // BF16 near-tie of the draft may move (speculative_golden_test): tokens only there;
+    // offload == all-on-GPU bit for bit is tools/gpu/offload_check.cpp's.
+    if (s.drafter == DrafterKind::model && !s.scv && !on_gpu()) {
       EXPECT_EQ(got.stats.accepted_per_round, c["spec"]["4"]["accepted_per_round"].get<std::vector<int32_t>>())
           << "case " << index;
     }
@@ -128,12 +137,17 @@ TEST(OffloadErrors, RingSlotsBelowTwoAreAConfigError) {
   }
 }
 
-TEST(OffloadErrors, ADeviceIsRefusedUntilItStreamsHostKv) {
+// A CUDA device streams host-tier K/V too: offload is no reason to refuse it. Where the
+// device cannot run (no CUDA build, no GPU), the error is the device's own.
+TEST(OffloadErrors, ADeviceIsNotRefusedForOffload) {
+  if (on_gpu()) GTEST_SKIP() << "on a GPU every test of this suite runs there with offload";
   PipelineConfig config = offload_config({"plain", DrafterKind::none, false, false});
   config.device = "cuda:0";
-  const Error e = engine_error(config);
-  EXPECT_EQ(e.code(), ErrorCode::unsupported);
-  EXPECT_NE(std::string(e.what()).find("CPU backend only"), std::string::npos) << e.what();
+  try {
+    actors::Engine engine(config);  // a GPU: it serves
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("offload"), std::string::npos) << e.what();
+  }
 }
 
 // A context beyond pool + host tier gets one out_of_capacity error naming both; the

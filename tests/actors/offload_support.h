@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "tests/support/engine.h"
+#include "tests/support/test_paths.h"
 
 namespace specpipe::test {
 
@@ -28,11 +29,11 @@ inline PipelineConfig offload_config(const Strategy& s) {
   c.offload.host_bytes = int64_t{8} << 20;
   c.offload.ring_slots = 3;
   if (s.nwor) {
-    c.plugins.push_back({"nwor", NWOR_PLUGIN_PATH, "{}"});
+    c.plugins.push_back({"nwor", plugin_library(NWOR_PLUGIN_PATH), "{}"});  // by name from a GPU bundle
     c.slots.kv_write = "nwor";
   }
   if (s.scv) {
-    c.plugins.push_back({"scv", SCV_PLUGIN_PATH, "{}"});
+    c.plugins.push_back({"scv", plugin_library(SCV_PLUGIN_PATH), "{}"});
     c.slots.verify_plan = "scv";
   }
   return c;

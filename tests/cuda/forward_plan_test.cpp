@@ -10,27 +10,15 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/cuda/small_config.h"
 
 namespace specpipe::cuda {
 namespace {
 
 constexpr int32_t kBlocks = 128, kBlockSize = 4, kMaxTokens = 16;
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.vocab_size = 100;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 8;
-  c.max_position_embeddings = 256;
-  return c;
-}
-
 struct ForwardPlanTest : ::testing::Test {
-  ModelConfig config = small_config();
+  ModelConfig config = small_plan_config();
   KvStore kv{kv_store_layout(config, kBlocks, kBlockSize, /*device_pool=*/true)};
   ForwardGeometry geometry{kMaxTokens, kBlocks, kBlockSize,
                            forward_meta_layout(config, kMaxTokens, kBlocks, kBlockSize)};
@@ -72,7 +60,7 @@ ErrorCode code_of(const std::function<void()>& f) {
 }
 
 TEST(ForwardMetaLayout, FixedAlignedLayout) {
-  const ModelConfig c = small_config();
+  const ModelConfig c = small_plan_config();
   const ForwardMetaLayout l = forward_meta_layout(c, kMaxTokens, kBlocks, kBlockSize);
   EXPECT_EQ(l.slots, 0u);
   EXPECT_EQ(l.tokens, 16u * 8);
