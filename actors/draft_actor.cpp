@@ -27,7 +27,7 @@ void propose(DraftState& st, RoundBatch& b) {
   for (RoundItem& it : b.items) {
     // A sequence the drafter could not take is still decoded, one token per round.
     const bool drafts_possible = !st.failed_starts.count(it.request);
-    items.push_back({it.request, it.appended, drafts_possible ? it.gamma : 0, it.sampling, &it.rng});
+    items.push_back({it.request, it.appended, drafts_possible ? it.gamma : 0, it.sampling, &it.rng, it.draft_rewind});
   }
   try {
     st.deps.drafter->propose(items, out);

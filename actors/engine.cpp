@@ -88,6 +88,11 @@ nlohmann::json Engine::strategy_metrics() {
   };
   ask("kv_write", peers_->kv_router);
   ask("verify_plan", peers_->scheduler);
+  // The scheduler answers for both of its slots: verify_view gets its own key.
+  if (out["verify_plan"].contains("verify_view")) {
+    out["verify_view"] = out["verify_plan"]["verify_view"];
+    out["verify_plan"].erase("verify_view");
+  }
   // Offload: the router's host tier traffic and the target's layer ring, side by side.
   if (out["kv_write"].contains("offload")) {
     out["offload"] = out["kv_write"]["offload"];

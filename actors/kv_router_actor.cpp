@@ -90,8 +90,11 @@ void reserve(KvStore& kv, RoundBatch& b) {
   for (RoundItem& it : b.items) {
     if (!it.error.empty()) continue;
     try {
+      // SpecPV: a full round after partial ones rewrites the K/V they left (never below
+      // what a full verification checked, so no prefix-cached block is touched).
+      if (it.rewind_to >= 0 && it.rewind_to < kv.length(it.seq)) kv.truncate(it.seq, it.rewind_to);
       const int32_t new_length = kv.length(it.seq) + static_cast<int32_t>(it.recompute.size()) + 1 +
-                                 static_cast<int32_t>(it.drafts.size());
+                                 static_cast<int32_t>(it.provisional.size() + it.drafts.size());
       reserve_offloading(kv, it.seq, new_length);
     } catch (const std::exception& e) {
       it.error = e.what();
@@ -118,7 +121,8 @@ void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
       if (in_pool) {
         accepted.assign(it.recompute.begin(), it.recompute.end());
         accepted.push_back(it.pending);
-        accepted.insert(accepted.end(), it.drafts.begin(), it.drafts.begin() + it.accepted);
+        const std::vector<int32_t> chain = it.chain();
+        accepted.insert(accepted.end(), chain.begin(), chain.begin() + it.accepted);
         kv.commit(it.seq, accepted);
       } else {
         it.kv_redo = true;

@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/sampling.h"
 #include "kvstore/kv_store.h"
+#include "kvstore/partial_view.h"
 #include "pipeline/drafter.h"
 #include "pipeline/generation.h"
 #include "pipeline/rng.h"
@@ -93,6 +94,27 @@ struct RoundItem {
   /// to commit them last round: the window recomputes them first.
   std::vector<int32_t> recompute;
   int32_t pending = -1;           ///< the target's latest token, not yet in its KV
+  /// SpecPV exact mode, on the full round after partial ones: the tokens accepted under
+  /// partial views, not yet sent to the client, verified again between pending and the
+  /// new drafts as if they were drafts. `accepted` counts over provisional + drafts.
+  std::vector<int32_t> provisional;
+  /// The kv-router truncates the sequence to this length before reserving (-1: no): a
+  /// full round after partial ones recomputes the K/V those wrote over partial views.
+  int32_t rewind_to = -1;
+  /// The drafter keeps this many tokens of its context before `appended` (-1: all): a
+  /// rollback of provisional tokens.
+  int32_t draft_rewind = -1;
+  /// verify_view: this round attends to a partial view of the prefix (sink, retrieved
+  /// blocks, recent region: kvstore/partial_view.h) with these budgets.
+  bool partial = false;
+  /// A partial round whose verdict is final (approximate: not lossless).
+  bool final_verdicts = false;
+  /// A full round that re-selects the retrieved blocks from its queries (budget says
+  /// which blocks may be retrieved).
+  bool refresh = false;
+  ViewBudget budget;
+  /// Tokens of the sequence's KV (after any rewind) last checked by a full verification.
+  int32_t verified = 0;
   int32_t gamma = 0;
   cpu::SamplingParams sampling;
   Rng rng{0};                     ///< the request's stream, travelling with its work
@@ -104,8 +126,10 @@ struct RoundItem {
   std::string error;              ///< non-empty: the item failed; its KV was left as before
   bool kv_redo = false;           ///< kv-router: the accepted rows did not reach the pool
 
-  /// The verify window: recompute, then pending, then the drafts.
+  /// The verify window: recompute, then pending, then the provisional tokens and drafts.
   std::vector<int32_t> window() const;
+  /// What the verdict judges: provisional tokens, then drafts.
+  std::vector<int32_t> chain() const;
 };
 
 struct RoundTimes {
@@ -134,8 +158,15 @@ namespace specpipe::actors {
 inline std::vector<int32_t> RoundItem::window() const {
   std::vector<int32_t> w(recompute);
   w.push_back(pending);
+  w.insert(w.end(), provisional.begin(), provisional.end());
   w.insert(w.end(), drafts.begin(), drafts.end());
   return w;
+}
+
+inline std::vector<int32_t> RoundItem::chain() const {
+  std::vector<int32_t> c(provisional);
+  c.insert(c.end(), drafts.begin(), drafts.end());
+  return c;
 }
 
 }  // namespace specpipe::actors

@@ -74,12 +74,27 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                   .kv = nullptr,
                   .sink = nullptr,
                   .planner = nullptr,
+                  .view_planner = nullptr,
                   .drafter = nullptr,
                   .tokenizer = Tokenizer::from_file(target_dir / "tokenizer.json"),
                   .scheduler = {},
                   .prefill_chunk = c.scheduler.prefill_chunk};
   KvStoreConfig kv_config = p.target->kv_config(blocks, c.kv.block_size);
   kv_config.prefix_cache = c.kv.prefix_cache;
+  const bool partial_views = c.slots.verify_view != "full";
+  if (partial_views) {
+    // SpecPV builds its partial views and block summaries on the CPU backend only, from
+    // the pool (not the host tier) so far.
+    if (on_device)
+      fail(ErrorCode::unsupported, "slots.verify_view: partial verification runs on the CPU backend only so far, not on {}",
+           device.to_string());
+    if (c.offload.enable)
+      fail(ErrorCode::unsupported, "slots.verify_view: partial verification with offload.enable is not supported yet");
+    // Blocks filled by partial rounds hold K/V computed over a partial view (and, in
+    // exact mode, maybe tokens a full round rolls back): they must never be shared.
+    if (kv_config.prefix_cache) spdlog::info("slots.verify_view {}: prefix cache off", c.slots.verify_view);
+    kv_config.prefix_cache = false;
+  }
   // On a device the pool is the target model's: it copies shared blocks (copy-on-write).
   // The copier holds the model, so the store never outlives the pool it books.
   BlockCopier copier;
@@ -123,6 +138,8 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   else p.sink = std::make_shared<PluginKvWriter>(*p.kv, plugin_for(c.slots.kv_write, "kv_write"));
   if (c.slots.verify_plan == "fixed") p.planner = std::make_shared<FixedGammaPlanner>();
   else p.planner = std::make_shared<PluginVerifyPlanner>(plugin_for(c.slots.verify_plan, "verify_plan"));
+  if (partial_views)
+    p.view_planner = std::make_shared<PluginViewPlanner>(plugin_for(c.slots.verify_view, "verify_view"));
   int32_t max_positions = p.target->config().max_position_embeddings;
   const DrafterConfig& d = c.drafter;
   switch (d.type) {
@@ -164,10 +181,12 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
 
 std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const PipelineParts& parts) {
   auto peers = std::make_shared<Peers>();
-  peers->verifier = system.spawn(verifier, VerifierDeps{peers, parts.target, parts.kv, parts.sink, parts.prefill_chunk});
+  peers->verifier = system.spawn(
+      verifier, VerifierDeps{peers, parts.target, parts.kv, parts.sink, parts.prefill_chunk, parts.view_planner != nullptr});
   peers->kv_router = system.spawn(kv_router, KvRouterDeps{peers, parts.kv, parts.sink, parts.prefill_chunk});
   peers->draft = system.spawn(draft, DraftDeps{peers, parts.drafter});
-  peers->scheduler = spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner});
+  peers->scheduler =
+      spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner, parts.view_planner});
   return peers;
 }
 

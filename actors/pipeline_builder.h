@@ -16,6 +16,7 @@
 #include "pipeline/drafter.h"
 #include "pipeline/pipeline_config.h"
 #include "pipeline/verify_planner.h"
+#include "pipeline/view_planner.h"
 
 namespace specpipe::actors {
 
@@ -25,6 +26,7 @@ struct PipelineParts {
   std::shared_ptr<KvStore> kv;
   std::shared_ptr<KvWriteSink> sink;          ///< slot kv_write
   std::shared_ptr<VerifyPlanner> planner;     ///< slot verify_plan
+  std::shared_ptr<ViewPlanner> view_planner;  ///< slot verify_view
   std::shared_ptr<Drafter> drafter;
   Tokenizer tokenizer;
   SchedulerConfig scheduler;

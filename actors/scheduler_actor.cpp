@@ -4,11 +4,14 @@
 
 #include <caf/all.hpp>
 #include <cmath>
+#include <algorithm>
 #include <deque>
+#include <utility>
 #include <map>
 #include <optional>
 
 #include "actors/response_sink.h"
+#include "actors/view_rounds.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "pipeline/output_stream.h"
@@ -33,6 +36,7 @@ struct Request {
   bool budgeted = false;           ///< left the queue: holds budget_blocks, the drafter knows it
   bool running = false;            ///< admitted (has KV)
   bool cancelled = false;
+  ViewState view;                  ///< SpecPV: the tokens since the last full verification
 };
 
 enum class Phase { idle, admitting, round };
@@ -58,6 +62,10 @@ class Scheduler : public scheduler_actor::base {
         [this](StrategyMetricsQuery) {
           nlohmann::json j = planner().metrics();
           j["strategy"] = planner().name();
+          nlohmann::json v = view_planner().metrics();
+          v["strategy"] = view_planner().name();
+          v["forced_full"] = forced_full_;
+          j["verify_view"] = v;
           return j.dump();
         },
     };
@@ -201,6 +209,7 @@ class Scheduler : public scheduler_actor::base {
       item.rng = r.rng;
       round.items.push_back(std::move(item));
     }
+    plan_views(round);
     phase_ = Phase::round;
     round_clock_.reset();
     send(d_.peers->draft, DraftWork{std::move(round)});
@@ -221,6 +230,7 @@ class Scheduler : public scheduler_actor::base {
       r.pending = r.spec.prompt.back();
       r.position = static_cast<int32_t>(item.context.size());
       r.appended = {r.pending};
+      r.view.verified = r.position;
       r.stats.cached_prompt_tokens = item.cached;
       r.stats.prefill_ms += b.prefill_ms;
       running_.push_back(item.request);
@@ -245,12 +255,15 @@ class Scheduler : public scheduler_actor::base {
     std::vector<PlanObservation> observed;
     for (const RoundItem& item : b.items) {
       draft_steps = std::max(draft_steps, static_cast<int32_t>(item.drafts.size()));
-      window_tokens += static_cast<int64_t>(item.recompute.size() + 1 + item.drafts.size());
+      window_tokens += static_cast<int64_t>(item.recompute.size() + 1 + item.provisional.size() + item.drafts.size());
+      // Of this round's own drafts (SpecPV: not the provisional tokens judged before them).
+      const auto held = static_cast<int32_t>(item.provisional.size());
       if (item.error.empty())
-        observed.push_back({item.request, static_cast<int32_t>(item.drafts.size()), item.accepted});
+        observed.push_back({item.request, static_cast<int32_t>(item.drafts.size()), std::max(0, item.accepted - held)});
     }
     costs_.add_round(draft_steps, t.draft_ms, window_tokens, t.verify_ms);
     planner().observe(observed);
+    observe_views(b);
     for (RoundItem& item : b.items) {
       auto it = requests_.find(item.request);
       if (it == requests_.end()) continue;
@@ -268,15 +281,87 @@ class Scheduler : public scheduler_actor::base {
     step();
   }
 
-  /// Streams the round's tokens (d_1..d_k, then the target's own), stopping at the first
-  /// stop condition: tokens after it are never sent.
+  /// The verify_view slot: each sequence's view this round. A partial view the scheduler
+  /// cannot give safely becomes a full round (counted by reason); a full round after
+  /// partial ones re-verifies what they left (actors/view_rounds.h).
+  void plan_views(RoundBatch& round) {
+    std::vector<ViewSequence> seqs;
+    for (const RoundItem& item : round.items) {
+      const Request& r = requests_.at(item.request);
+      seqs.push_back({item.request, r.position, r.view.verified, 1 + item.gamma, r.view.rounds_since_full,
+                      r.view.retrieval_ready, item.sampling.temperature != 0.0f});
+    }
+    std::vector<ViewDecision> decisions(seqs.size());
+    view_planner().decide(seqs, decisions);
+    for (size_t i = 0; i < round.items.size(); ++i) {
+      RoundItem& item = round.items[i];
+      Request& r = requests_.at(item.request);
+      const ViewDecision& d = decisions[i];
+      item.draft_rewind = std::exchange(r.view.draft_rewind, -1);
+      bool partial = d.partial, refresh = d.refresh;
+      if (partial) {
+        const std::string why = view_refusal(r.view, d, view_context(r, item));
+        if (!why.empty()) {
+          partial = false;
+          refresh = refresh || why == "no_retrieval";
+          ++forced_full_[why];
+          ++r.stats.view.forced_full;
+        }
+      }
+      item.partial = partial;
+      item.final_verdicts = partial && d.final_verdicts;
+      item.refresh = !partial && refresh;
+      item.budget = d.budget;
+      if (!partial) fill_full_round(r.view, item);
+      item.verified = r.view.verified;
+    }
+  }
+
+  ViewContext view_context(const Request& r, const RoundItem& item) const {
+    const auto& p = r.spec.params;
+    bool stops = r.stats.generated + r.view.provisional() >= p.max_tokens;
+    const auto& eos = p.eos_ids.empty() ? cfg().eos_ids : p.eos_ids;
+    for (int32_t i = 0; i < r.view.provisional() && p.stop_at_eos; ++i)
+      stops = stops || std::find(eos.begin(), eos.end(), r.view.provisional_begin()[i]) != eos.end();
+    return {r.position, cfg().block_size, item.sampling.temperature != 0.0f, stops,
+            cfg().max_positions - r.position <= cfg().max_gamma + 2, !r.recompute.empty()};
+  }
+
+  void observe_views(const RoundBatch& b) {
+    std::vector<ViewObservation> observed;
+    for (const RoundItem& item : b.items)
+      if (item.error.empty()) {
+        const int32_t p = static_cast<int32_t>(item.provisional.size());
+        const bool rolled = !item.partial && item.accepted < p;
+        observed.push_back({item.request, item.partial, static_cast<int32_t>(item.drafts.size()),
+                            rolled ? 0 : item.accepted - p, rolled ? p - item.accepted : 0});
+      }
+    view_planner().observe(observed);
+  }
+
+  /// Streams the round's tokens (d_1..d_k, then the target's own; SpecPV: what its view
+  /// settles, actors/view_rounds.h), stopping at the first stop condition: tokens after
+  /// it are never sent.
   void apply_verdict(RequestId id, RoundItem& item) {
     Request& r = requests_.at(id);
     r.rng = item.rng;
-    r.stats.add_round(static_cast<int32_t>(item.drafts.size()), item.accepted);
+    const ViewOutcome v = settle_round(r.view, item, r.position);
+    r.stats.add_round(v.proposed, v.accepted);
+    ViewStats& vs = r.stats.view;
+    if (item.partial) {
+      ++(item.final_verdicts ? vs.approximate_rounds : vs.exact_rounds);
+      vs.partial_proposed += v.proposed;
+      vs.partial_accepted += v.accepted;
+    } else {
+      ++vs.full_rounds;
+      vs.full_proposed += v.proposed;
+      vs.full_accepted += v.accepted;
+      vs.refreshes += item.refresh ? 1 : 0;
+      vs.rollbacks += v.rolled_back > 0 ? 1 : 0;
+      vs.rolled_back_tokens += v.rolled_back;
+    }
     if (item.drafted_ahead) ++r.stats.drafted_ahead;
-    std::vector<int32_t> produced(item.drafts.begin(), item.drafts.begin() + item.accepted);
-    produced.push_back(item.next_token);
+    const std::vector<int32_t>& produced = v.to_stream;
     TokenDelta delta;
     delta.id = id;
     bool finished = false;
@@ -298,16 +383,18 @@ class Scheduler : public scheduler_actor::base {
     if (item.kv_redo) {
       r.recompute = item.recompute;
       r.recompute.push_back(item.pending);
-      r.recompute.insert(r.recompute.end(), item.drafts.begin(), item.drafts.begin() + item.accepted);
+      const std::vector<int32_t> chain = item.chain();
+      r.recompute.insert(r.recompute.end(), chain.begin(), chain.begin() + item.accepted);
     } else {
       r.recompute.clear();
     }
-    r.position += item.accepted + 1;
+    r.position = v.new_position;
     r.pending = item.next_token;
-    r.appended = std::move(produced);
+    r.appended = v.appended;
     if (finished) return finish(id, reason);
     if (r.cancelled) return finish(id, FinishReason::cancelled);
-    if (r.position >= cfg().max_positions) return finish(id, FinishReason::context);
+    // Held-back tokens are settled by a full round first (plan_views forces it in time).
+    if (r.position >= cfg().max_positions && r.view.provisional() == 0) return finish(id, FinishReason::context);
   }
 
   void finish(RequestId id, FinishReason reason, const std::string& error = {}) {
@@ -332,6 +419,7 @@ class Scheduler : public scheduler_actor::base {
       running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
     }
     planner().forget(id);
+    view_planner().forget(id);
     if (r.budgeted) {
       send(d_.peers->draft, DraftFinish{{id}});
       budget_used_ -= r.budget_blocks;
@@ -355,9 +443,12 @@ class Scheduler : public scheduler_actor::base {
   }
 
   VerifyPlanner& planner() { return d_.planner ? *d_.planner : fixed_; }
+  ViewPlanner& view_planner() { return d_.view_planner ? *d_.view_planner : full_view_; }
 
   SchedulerDeps d_;
   FixedGammaPlanner fixed_;
+  FullViewPlanner full_view_;
+  std::map<std::string, int64_t> forced_full_;  // partial views asked for and not given, by reason
   CostModel costs_;
   std::map<RequestId, Request> requests_;
   std::deque<RequestId> waiting_;

@@ -13,6 +13,7 @@
 #include "actors/interfaces.h"
 #include "model/tokenizer/tokenizer.h"
 #include "pipeline/verify_planner.h"
+#include "pipeline/view_planner.h"
 
 namespace specpipe::actors {
 
@@ -36,6 +37,7 @@ struct SchedulerDeps {
   SchedulerConfig config;
   Tokenizer tokenizer;
   std::shared_ptr<VerifyPlanner> planner;  ///< slot verify_plan (fixed gamma if null)
+  std::shared_ptr<ViewPlanner> view_planner;  ///< slot verify_view (always full if null)
 };
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, SchedulerDeps deps);

@@ -7,10 +7,28 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "pipeline/acceptance.h"
+#include "kvstore/partial_view.h"
+#include "kvstore/retrieval_index.h"
 #include "pipeline/prefill.h"
 
 namespace specpipe::actors {
 namespace {
+
+/// Re-selects one sequence's retrieved blocks from its window's queries, layer by layer,
+/// during a full verification forward.
+class RetrievalTap final : public QueryTap {
+ public:
+  RetrievalTap(RetrievalIndex& index, SeqId seq, int32_t num_heads, int32_t k, int32_t first, int32_t last)
+      : index_(index), seq_(seq), num_heads_(num_heads), k_(k), first_(first), last_(last) {}
+  void on_queries(int32_t layer, const float* q, int32_t n, int64_t ld) override {
+    index_.select(seq_, layer, q, n, ld, num_heads_, k_, first_, last_);
+  }
+
+ private:
+  RetrievalIndex& index_;
+  SeqId seq_;
+  int32_t num_heads_, k_, first_, last_;
+};
 
 /// Everything the verifier keeps between messages: scratch that is reused.
 struct VerifierState {
@@ -19,7 +37,41 @@ struct VerifierState {
   std::vector<ForwardWindow> windows;
   std::vector<std::vector<int32_t>> window_tokens;
   std::vector<std::vector<float>> q_rows;
+  std::unique_ptr<RetrievalIndex> retrieval;  // SpecPV: only with a verify_view plugin
+  std::vector<PrefixView> views;              // per round item
+  std::vector<std::unique_ptr<RetrievalTap>> taps;
 };
+
+/// The SpecPV side of a round item before its forward: a partial round gets its view
+/// (null when the view would be the whole prefix: then it reads all of it, still a
+/// partial round for the scheduler); a refreshing full round gets a query tap that
+/// re-selects its retrieved blocks layer by layer.
+void prepare_view(VerifierState& st, const RoundItem& it, ForwardWindow& w, size_t i) {
+  const KvStore& kv = *st.deps.kv;
+  RetrievalIndex& index = *st.retrieval;
+  const int32_t B = kv.config().block_size;
+  const int32_t length = kv.length(it.seq);
+  index.update(kv, it.seq, std::min(it.verified, length));
+  if (it.partial) {
+    PrefixView& view = st.views[i];
+    view.pool_blocks.assign(static_cast<size_t>(kv.config().num_layers), {});
+    view.lengths.assign(static_cast<size_t>(kv.config().num_layers), 0);
+    const std::span<const int32_t> table = kv.block_table(it.seq);
+    for (int32_t layer = 0; layer < kv.config().num_layers; ++layer) {
+      const auto blocks = view_blocks(length, it.verified, B, it.budget, index.retrieved(it.seq, layer));
+      if (!blocks) return;  // the whole prefix: no view
+      for (int32_t b : *blocks) view.pool_blocks[static_cast<size_t>(layer)].push_back(table[static_cast<size_t>(b)]);
+      view.lengths[static_cast<size_t>(layer)] = view_length(*blocks, length, B);
+    }
+    w.view = &view;
+  } else if (it.refresh) {
+    const int32_t first = (it.budget.sink_tokens + B - 1) / B;
+    const int32_t last = recent_first_block(length, length, B, it.budget.window_tokens);
+    st.taps[i] = std::make_unique<RetrievalTap>(index, it.seq, st.deps.target->config().num_heads, it.budget.retrieval_blocks,
+                                                first, last);
+    w.query_tap = st.taps[i].get();
+  }
+}
 
 void prefill(VerifierState& st, AdmitBatch& b) {
   Stopwatch clock;
@@ -44,20 +96,27 @@ void verify(VerifierState& st, RoundBatch& b) {
   st.window_tokens.assign(b.items.size(), {});
   std::vector<size_t> owner;
   std::vector<WindowPlacement> placements;
-  for (size_t i = 0; i < b.items.size(); ++i) {
-    RoundItem& it = b.items[i];
-    if (!it.error.empty()) continue;
-    st.window_tokens[i] = it.window();
-    // Greedy verdicts need each row's argmax only (a device returns just those).
-    st.windows.push_back({it.seq, st.window_tokens[i], LogitsMode::all, -1, it.sampling.temperature == 0.0f});
-    placements.push_back({it.seq, st.deps.kv->length(it.seq), static_cast<int32_t>(st.window_tokens[i].size())});
-    owner.push_back(i);
-  }
+  st.views.assign(b.items.size(), {});
+  st.taps.clear();
+  st.taps.resize(b.items.size());
+  if (st.retrieval) st.retrieval->forget_all_but(*st.deps.kv);
   try {
+    for (size_t i = 0; i < b.items.size(); ++i) {
+      RoundItem& it = b.items[i];
+      if (!it.error.empty()) continue;
+      st.window_tokens[i] = it.window();
+      // Greedy verdicts need each row's argmax only (a device returns just those).
+      st.windows.push_back({it.seq, st.window_tokens[i], LogitsMode::all, -1, it.sampling.temperature == 0.0f});
+      if (st.retrieval && (it.partial || it.refresh)) prepare_view(st, it, st.windows.back(), i);
+      placements.push_back({it.seq, st.deps.kv->length(it.seq), static_cast<int32_t>(st.window_tokens[i].size())});
+      owner.push_back(i);
+    }
     if (!st.windows.empty()) {
       st.deps.sink->begin_round(placements);
       st.deps.target->forward(st.windows, *st.deps.kv, *st.deps.sink, st.logits);
     }
+    for (size_t i = 0; i < b.items.size(); ++i)
+      if (st.taps[i]) st.retrieval->mark_ready(b.items[i].seq);
   } catch (const std::exception& e) {
     st.deps.sink->abort_round();
     for (size_t i : owner) b.items[i].error = e.what();
@@ -75,7 +134,9 @@ void verify(VerifierState& st, RoundBatch& b) {
     try {
       Verdict v;
       if (it.sampling.temperature == 0.0f) {
-        v = accept_greedy_ids(it.drafts, [&](int32_t i) { return st.logits.argmax(w, first + i); }, st.logits.vocab());
+        // SpecPV exact mode: provisional tokens are judged first, like drafts.
+        v = accept_greedy_ids(it.chain(), [&](int32_t i) { return st.logits.argmax(w, first + i); },
+                              st.logits.vocab());
       } else {
         st.q_rows.assign(it.drafts.size(), {});
         if (it.q_row >= 0) {
@@ -101,6 +162,10 @@ void verify(VerifierState& st, RoundBatch& b) {
 verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDeps deps) {
   auto st = std::make_shared<VerifierState>();
   st->deps = std::move(deps);
+  if (st->deps.partial_views) {
+    const KvStoreConfig& k = st->deps.kv->config();
+    st->retrieval = std::make_unique<RetrievalIndex>(SummaryShape{k.num_layers, k.num_kv_heads, k.head_dim, k.block_size});
+  }
   return {
       [self, st](PrefillWork& w) {
         prefill(*st, w.b);

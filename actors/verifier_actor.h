@@ -21,6 +21,9 @@ struct VerifierDeps {
   std::shared_ptr<const KvStore> kv;      ///< owned by the kv-router; read here
   std::shared_ptr<KvWriteSink> sink;      ///< the kv-router's interception point
   int32_t prefill_chunk = 256;
+  /// A verify_view strategy may ask for partial views: keep SpecPV's retrieval index
+  /// (block summaries, retrieved blocks) and build the views.
+  bool partial_views = false;
 };
 
 verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDeps deps);

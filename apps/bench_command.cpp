@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "kernels/cpu/thread_pool.h"
+#include "pipeline/view_stats_json.h"
 
 namespace specpipe::app {
 namespace {
@@ -107,6 +108,9 @@ int run_bench(const BenchOptions& o) {
   PipelineConfig plain_cfg = o.pipeline.config();
   apply_process_settings(plain_cfg);
   plain_cfg.drafter.type = DrafterKind::none;
+  // The baseline is plain decoding over the full K/V, whatever verify_view the config
+  // gives the speculative rows (SpecPV approximate then shows "identical NO").
+  plain_cfg.slots.verify_view = "full";
   Stopwatch total;
   RunResult plain;
   std::vector<Prompt> prompts;
@@ -162,7 +166,16 @@ int run_bench(const BenchOptions& o) {
                    {"commit_ms", s.commit_ms}, {"messaging_ms", s.messaging_ms}, {"drafted_ahead", s.drafted_ahead},
                    {"identical_to_plain", r.identical}});
     if (!r.run.offload.is_null()) out.back()["offload"] = r.run.offload;
+    if (s.view.partial_rounds() > 0) out.back()["verify_view"] = view_stats_json(s.view);
   }
+  for (const Row& r : rows)
+    if (const ViewStats& v = r.run.stats.view; v.partial_rounds() > 0)
+      std::printf("verify_view %-12s gamma %d: %s, %lld partial / %lld full rounds, acceptance %.1f%% partial vs "
+                  "%.1f%% full, %lld rollbacks (%lld tokens)\n",
+                  r.name.c_str(), r.gamma, v.mode(), static_cast<long long>(v.partial_rounds()),
+                  static_cast<long long>(v.full_rounds), 100.0 * view_ratio(v.partial_accepted, v.partial_proposed),
+                  100.0 * view_ratio(v.full_accepted, v.full_proposed), static_cast<long long>(v.rollbacks),
+                  static_cast<long long>(v.rolled_back_tokens));
   for (const Row& r : rows)
     if (!r.run.offload.is_null())
       std::printf("offload %-12s gamma %d: %lld bytes to the host tier, ring %lld loads, %lld stalls (%.1f ms)\n",

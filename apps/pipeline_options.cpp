@@ -5,6 +5,7 @@
 #include "core/device.h"
 #include "core/logging.h"
 #include "kernels/cpu/thread_pool.h"
+#include "pipeline/view_stats_json.h"
 
 namespace specpipe::app {
 
@@ -106,6 +107,12 @@ std::string format_summary(const actors::Completion& c, const PipelineConfig& co
       out += fmt::format("drafted ahead (during the previous round's verification): {} of {} rounds\n",
                          s.drafted_ahead, s.rounds);
   }
+  if (const ViewStats& v = s.view; v.partial_rounds() > 0)
+    out += fmt::format("verify_view: {} | partial rounds: {} | full rounds: {} | acceptance partial {:.1f}% / full {:.1f}% "
+                       "| rollbacks: {} ({} tokens) | refreshes: {}\n",
+                       v.mode(), v.partial_rounds(), v.full_rounds, 100.0 * view_ratio(v.partial_accepted, v.partial_proposed),
+                       100.0 * view_ratio(v.full_accepted, v.full_proposed), v.rollbacks, v.rolled_back_tokens,
+                       v.refreshes);
   out += fmt::format("time: draft {:.1f} ms | verify {:.1f} ms | kv commit {:.1f} ms | messaging {:.1f} ms\n", s.draft_ms,
                      s.verify_ms, s.commit_ms, s.messaging_ms);
   return out;

@@ -27,6 +27,23 @@ namespace specpipe {
 /// Which positions of a window need logits.
 enum class LogitsMode { none, last, all };
 
+/// A partial view of a window's committed prefix (SpecPV, kvstore/partial_view.h): per
+/// layer, the pool blocks attention reads, in position order, and the tokens they hold
+/// (every block full but the last). The keys carry their RoPE, so a subset of them is
+/// attended to as is. CPU backend only so far.
+struct PrefixView {
+  std::vector<std::vector<int32_t>> pool_blocks;  ///< [layers][blocks]: pool block ids
+  std::vector<int32_t> lengths;                   ///< [layers]: tokens in view
+};
+
+/// Receives a window's query rows, layer by layer, during a forward (SpecPV retrieval
+/// scores blocks with them). q: [n, num_heads * head_dim] with RoPE, row i at q + i * ld.
+class QueryTap {
+ public:
+  virtual ~QueryTap() = default;
+  virtual void on_queries(int32_t layer, const float* q, int32_t n, int64_t ld) = 0;
+};
+
 struct ForwardWindow {
   SeqId seq;
   std::span<const int32_t> tokens;  ///< the window's new tokens (n >= 1)
@@ -39,6 +56,10 @@ struct ForwardWindow {
   /// window of a forward says so, a device backend returns the ids alone and skips the
   /// copy of the rows (Logits::argmax answers either way; Logits::row then throws).
   bool ids_only = false;
+  /// Attend to this partial view of the prefix instead of all of it (null: all).
+  const PrefixView* view = nullptr;
+  /// Told this window's queries in every layer (null: nobody).
+  QueryTap* query_tap = nullptr;
 };
 
 /// Logits of one forward: rows [vocab] for the positions asked, window by window.

@@ -173,6 +173,12 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
     kv_rows.push_back({fw.seq, starts[wi], n, s.k.data() + row * kvd, s.v.data() + row * kvd, kvd});
     cpu::PagedPrefix prefix{t.k(layer), t.v(layer), t.slot_stride(), kv.block_table(fw.seq).data(),
                             kv.config().block_size, starts[wi]};
+    if (fw.view) {
+      // SpecPV: a gathered subset of the pool's blocks; the window itself still follows.
+      prefix.block_table = fw.view->pool_blocks[static_cast<size_t>(layer)].data();
+      prefix.length = fw.view->lengths[static_cast<size_t>(layer)];
+    }
+    if (fw.query_tap) fw.query_tap->on_queries(layer, s.q.data() + row * qd, n, qd);
     attn.push_back({prefix, s.q.data() + row * qd, s.k.data() + row * kvd, s.v.data() + row * kvd,
                     qd, kvd, n, s.attn.data() + row * qd, qd});
     row += n;

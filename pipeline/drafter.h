@@ -26,6 +26,9 @@ struct DraftItem {
   int32_t gamma;                 ///< tokens wanted; 0 = none (a plain decode step)
   cpu::SamplingParams sampling;  ///< temperature 0: greedy drafts
   Rng* rng;                      ///< the request's stream (used when sampling)
+  /// Keep only the first `rewind` tokens of the context before appending (-1: all): the
+  /// target rolled back tokens the drafter had seen (SpecPV exact mode).
+  int32_t rewind = -1;
 };
 
 struct Proposal {

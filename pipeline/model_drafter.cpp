@@ -75,6 +75,11 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   bool chain = true;  // every item greedy with the same gamma
   for (const DraftItem& item : items) {
     Sequence& s = at(item.request);
+    if (item.rewind >= 0 && static_cast<size_t>(item.rewind) < s.context.size()) {
+      // A rollback: catch_up trims the draft K/V past the kept context.
+      s.context.resize(static_cast<size_t>(item.rewind));
+      ahead_.erase(item.request);
+    }
     s.context.insert(s.context.end(), item.appended.begin(), item.appended.end());
     seqs.push_back(&s);
     max_gamma = std::max(max_gamma, item.gamma);

@@ -106,6 +106,7 @@ struct PluginConfig {
 struct SlotStrategies {
   std::string kv_write = "direct";    ///< "direct" or a plugin name
   std::string verify_plan = "fixed";  ///< "fixed" or a plugin name
+  std::string verify_view = "full";   ///< "full" or a plugin name (SpecPV)
 };
 
 /// Request parameters a client leaves out.

@@ -86,6 +86,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   ngram.end();
   drafter.end();
   put_builtin_slot(slots, "verify_plan", c.slots.verify_plan);
+  put_builtin_slot(slots, "verify_view", c.slots.verify_view);
   put_builtin_slot(slots, "kv_write", c.slots.kv_write);
   put_builtin_slot(slots, "acceptance", "standard");
   slots.end();

@@ -80,7 +80,7 @@ void read_strategy_slot(const Section& slots, std::string_view slot, std::string
                         const std::vector<PluginConfig>& plugins) {
   const Section s = slots.child(slot, {"type"});
   s.read("type", type);
-  const std::string builtin = slot == "kv_write" ? "direct" : "fixed";
+  const std::string builtin = slot == "kv_write" ? "direct" : slot == "verify_view" ? "full" : "fixed";
   if (type == builtin) return;
   for (const PluginConfig& p : plugins)
     if (p.name == type) return;
@@ -91,9 +91,10 @@ void read_strategy_slot(const Section& slots, std::string_view slot, std::string
 
 void read_slots(const Section& top, DrafterConfig& drafter, SlotStrategies& strategies,
                 const std::vector<PluginConfig>& plugins) {
-  const Section s = top.child("slots", {"drafter", "verify_plan", "kv_write", "acceptance"});
+  const Section s = top.child("slots", {"drafter", "verify_plan", "verify_view", "kv_write", "acceptance"});
   read_drafter(s, drafter);
   read_strategy_slot(s, "verify_plan", strategies.verify_plan, plugins);
+  read_strategy_slot(s, "verify_view", strategies.verify_view, plugins);
   read_strategy_slot(s, "kv_write", strategies.kv_write, plugins);
   std::string acceptance = "standard";
   s.child("acceptance", {"type"}).read_choice("type", acceptance, {"standard"});

@@ -13,6 +13,26 @@ void SpecStats::add_round(int32_t proposed_now, int32_t accepted_now) {
   accepted_per_round.push_back(accepted_now);
 }
 
+const char* ViewStats::mode() const {
+  if (partial_rounds() == 0) return "full";
+  if (approximate_rounds == 0) return "exact";
+  return exact_rounds == 0 ? "approximate" : "mixed";
+}
+
+void ViewStats::merge(const ViewStats& o) {
+  full_rounds += o.full_rounds;
+  exact_rounds += o.exact_rounds;
+  approximate_rounds += o.approximate_rounds;
+  partial_proposed += o.partial_proposed;
+  partial_accepted += o.partial_accepted;
+  full_proposed += o.full_proposed;
+  full_accepted += o.full_accepted;
+  rollbacks += o.rollbacks;
+  rolled_back_tokens += o.rolled_back_tokens;
+  refreshes += o.refreshes;
+  forced_full += o.forced_full;
+}
+
 void SpecStats::merge(const SpecStats& o) {
   requests += o.requests;
   rounds += o.rounds;
@@ -31,6 +51,7 @@ void SpecStats::merge(const SpecStats& o) {
   commit_ms += o.commit_ms;
   messaging_ms += o.messaging_ms;
   wall_ms += o.wall_ms;
+  view.merge(o.view);
 }
 
 }  // namespace specpipe

@@ -5,6 +5,24 @@
 
 namespace specpipe {
 
+/// SpecPV (the verify_view slot): how a request's rounds were verified. Partial rounds
+/// attend to a partial view of the K/V; `exact` ones hold their tokens back until a full
+/// round agrees (a disagreement rolls back), `approximate` ones are final (not lossless).
+struct ViewStats {
+  int64_t full_rounds = 0, exact_rounds = 0, approximate_rounds = 0;
+  int64_t partial_proposed = 0, partial_accepted = 0;  ///< drafts judged under partial views
+  int64_t full_proposed = 0, full_accepted = 0;        ///< new drafts judged by full rounds
+  int64_t rollbacks = 0;           ///< full rounds that found a provisional token wrong
+  int64_t rolled_back_tokens = 0;  ///< provisional tokens dropped by them
+  int64_t refreshes = 0;           ///< full rounds that re-selected the retrieved blocks
+  int64_t forced_full = 0;         ///< partial views asked for and not given (reasons: engine metrics)
+
+  int64_t partial_rounds() const { return exact_rounds + approximate_rounds; }
+  /// "full" (no partial round), "exact", "approximate" or "mixed".
+  const char* mode() const;
+  void merge(const ViewStats& o);
+};
+
 struct SpecStats {
   int64_t requests = 0;       ///< requests aggregated here (1 for one request)
   int64_t rounds = 0;         ///< target verify forwards (a plain decode step counts as one)
@@ -22,6 +40,7 @@ struct SpecStats {
   double commit_ms = 0;     ///< KV reserve / commit / truncate
   double messaging_ms = 0;  ///< round wall time not spent in the three above
   double wall_ms = 0;       ///< submit to final token
+  ViewStats view;           ///< SpecPV partial / full rounds
 
   double acceptance_rate() const { return proposed ? static_cast<double>(accepted) / static_cast<double>(proposed) : 0.0; }
   /// Tokens produced per target forward: (accepted + rounds) / rounds.

@@ -1,4 +1,5 @@
 #include "server/protocol.h"
+#include "pipeline/view_stats_json.h"
 
 #include <fmt/format.h>
 
@@ -166,7 +167,7 @@ std::string delta_reply(const std::string& id, const actors::TokenDelta& delta) 
 }
 
 nlohmann::json stats_json(const SpecStats& s) {
-  return {{"requests", s.requests},
+  nlohmann::json j = {{"requests", s.requests},
           {"rounds", s.rounds},
           {"proposed", s.proposed},
           {"accepted", s.accepted},
@@ -184,6 +185,9 @@ nlohmann::json stats_json(const SpecStats& s) {
           {"commit_ms", s.commit_ms},
           {"messaging_ms", s.messaging_ms},
           {"wall_ms", s.wall_ms}};
+  // SpecPV (slot verify_view): only where a partial view was used.
+  if (s.view.partial_rounds() > 0) j["verify_view"] = view_stats_json(s.view);
+  return j;
 }
 
 nlohmann::json kv_json(const KvOccupancy& kv) {
