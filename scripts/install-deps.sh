@@ -9,6 +9,7 @@ packages=(
   libpcre2-dev libutf8proc-dev libxxhash-dev libdlpack-dev libopenblas-dev
   libcaf-dev libzmq3-dev cppzmq-dev libboost-dev
   libgtest-dev libbenchmark-dev python3-zmq
+  curl python3-venv
 )
 
 missing=()
