@@ -2,7 +2,9 @@
 // simplest correct strategies (kv_write: stage rows, write the accepted ones at commit;
 // verify_plan: the requested gamma) and fails on demand, chosen by its config:
 //   {"fail": "create" | "stage" | "commit" | "stage_throw" | "plan_garbage" |
-//            "plan_bad_status" | "none", "at_round": N}
+//            "plan_bad_status" | "view_garbage" | "view_zero_retrieval" |
+//            "view_bad_status" | "none", "at_round": N}
+// verify_view (ABI 1.1) asks for tiny partial views (exact) whenever it may.
 // Built four ways: as is; with FAULT_WRONG_ABI (its table claims ABI 999); with
 // FAULT_NO_ENTRY (it exports no entry symbol); with FAULT_LEGACY_TABLE (an ABI 1.0
 // table, shorter than this host's).
@@ -172,6 +174,30 @@ specpipe_status plan(void* instance, const specpipe_plan_sequence* sequences, in
   return SPECPIPE_OK;
 }
 
+// verify_view: partial views of tiny budgets whenever retrieval is ready (exact verdicts),
+// else a full round that refreshes; garbage on demand.
+specpipe_status decide(void* instance, const specpipe_view_sequence* sequences, int32_t count,
+                       specpipe_view_decision* decisions, char* error, size_t size) {
+  auto* in = static_cast<Instance*>(instance);
+  ++in->round;
+  for (int32_t i = 0; i < count; ++i) {
+    const bool partial = sequences[i].retrieval_ready && sequences[i].rounds_since_full < 2;
+    decisions[i] = {partial ? SPECPIPE_VIEW_PARTIAL : SPECPIPE_VIEW_FULL, partial ? 0 : 1, 0, 16, 1, 16, 64};
+  }
+  if (failing(in, "view_garbage") && count > 0) decisions[0].view = 7;
+  if (failing(in, "view_zero_retrieval") && count > 0) {
+    decisions[0].view = SPECPIPE_VIEW_PARTIAL;
+    decisions[0].retrieval_blocks = 0;
+  }
+  if (failing(in, "view_bad_status")) {
+    set_error(error, size, "a status no plugin may return");
+    return 42;
+  }
+  return SPECPIPE_OK;
+}
+
+const specpipe_verify_view_hooks kVerifyView = {decide, nullptr, nullptr};
+
 const specpipe_kv_write_hooks kKvWrite = {begin, stage, commit, abort_round};
 const specpipe_verify_plan_hooks kVerifyPlan = {plan, nullptr, nullptr};
 
@@ -188,11 +214,12 @@ const specpipe_plugin_table kTable = {
 #else
     sizeof(specpipe_plugin_table),
 #endif
-    "faulty", "1.0", "kv_write,verify_plan", create, destroy, describe_metrics, &kKvWrite, &kVerifyPlan,
 #ifdef FAULT_LEGACY_TABLE
+    "faulty", "1.0", "kv_write,verify_plan", create, destroy, describe_metrics, &kKvWrite, &kVerifyPlan,
     reinterpret_cast<const specpipe_verify_view_hooks*>(uintptr_t{1}),
 #else
-    nullptr,
+    "faulty", "1.1", "kv_write,verify_plan,verify_view", create, destroy, describe_metrics, &kKvWrite, &kVerifyPlan,
+    &kVerifyView,
 #endif
 };
 
