@@ -133,39 +133,75 @@ void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
   b.times.commit_ms += clock.elapsed_ms();
 }
 
+/// The router and the verifier share the kv_write sink (and, through it, a plugin) without
+/// a lock, by passing its ownership along with the work: from the moment the router sends
+/// a PrefillWork or VerifyWork until the matching Done comes back, the verifier writes
+/// through the sink (on its own actor thread, one of several with `actor_threads` > 1)
+/// and the router must not touch it. A metrics query that arrives then waits for the sink
+/// to come back, so a snapshot never reads counters (or calls the plugin) mid-forward and
+/// always covers whole forwards.
+struct KvRouterState {
+  KvRouterDeps deps;
+  bool sink_lent = false;  ///< a PrefillWork or VerifyWork is with the verifier
+  std::vector<caf::typed_response_promise<std::string>> metrics_waiting;
+
+  std::string metrics() const {
+    nlohmann::json j = kv_write_metrics(*deps.sink);
+    if (deps.kv->host_tier()) j["offload"] = offload_metrics(*deps.kv);
+    return j.dump();
+  }
+  /// The verifier is done with the sink: answer the queries that waited for it.
+  void sink_returned() {
+    sink_lent = false;
+    for (auto& rp : metrics_waiting) rp.deliver(metrics());
+    metrics_waiting.clear();
+  }
+};
+
 }  // namespace
 
 kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouterDeps deps) {
-  auto d = std::make_shared<KvRouterDeps>(std::move(deps));
+  auto st = std::make_shared<KvRouterState>();
+  st->deps = std::move(deps);
+  auto to_verifier = [self, st](auto work) {
+    st->sink_lent = true;
+    self->send(st->deps.peers->verifier, std::move(work));
+  };
   return {
-      [self, d](AdmitWork& w) {
-        admit(*d->kv, w.b, d->prefill_chunk);
-        self->send(d->peers->verifier, PrefillWork{std::move(w.b)});
+      [st, to_verifier](AdmitWork& w) {
+        admit(*st->deps.kv, w.b, st->deps.prefill_chunk);
+        to_verifier(PrefillWork{std::move(w.b)});
       },
-      [self, d](PrefillDone& w) {
-        if (commit_prefill(*d->kv, w.b, d->prefill_chunk)) {
-          self->send(d->peers->verifier, PrefillWork{std::move(w.b)});  // the next chunk
+      [self, st, to_verifier](PrefillDone& w) {
+        const bool more = commit_prefill(*st->deps.kv, w.b, st->deps.prefill_chunk);
+        st->sink_returned();
+        if (more) {
+          to_verifier(PrefillWork{std::move(w.b)});  // the next chunk
         } else {
-          self->send(d->peers->scheduler, AdmitDone{std::move(w.b)});
+          self->send(st->deps.peers->scheduler, AdmitDone{std::move(w.b)});
         }
       },
-      [self, d](ReserveWork& w) {
-        reserve(*d->kv, w.b);
-        self->send(d->peers->verifier, VerifyWork{std::move(w.b)});
+      [st, to_verifier](ReserveWork& w) {
+        reserve(*st->deps.kv, w.b);
+        to_verifier(VerifyWork{std::move(w.b)});
       },
-      [self, d](VerifyDone& w) {
-        commit_round(*d->kv, *d->sink, w.b);
-        self->send(d->peers->scheduler, RoundDone{std::move(w.b)});
+      [self, st](VerifyDone& w) {
+        commit_round(*st->deps.kv, *st->deps.sink, w.b);
+        st->sink_returned();
+        self->send(st->deps.peers->scheduler, RoundDone{std::move(w.b)});
       },
-      [d](ReleaseWork& w) {
+      [st](ReleaseWork& w) {
+        KvStore& kv = *st->deps.kv;
         for (SeqId seq : w.seqs)
-          if (d->kv->contains(seq)) d->kv->release(seq);
+          if (kv.contains(seq)) kv.release(seq);
       },
-      [d](KvQuery) { return d->kv->occupancy(); },
-      [d](StrategyMetricsQuery) {
-        nlohmann::json j = kv_write_metrics(*d->sink);
-        if (d->kv->host_tier()) j["offload"] = offload_metrics(*d->kv);
-        return j.dump();
+      // The block books only: the verifier reads them during a forward but never changes them.
+      [st](KvQuery) { return st->deps.kv->occupancy(); },
+      [self, st](StrategyMetricsQuery) {
+        auto rp = self->make_response_promise<std::string>();
+        if (st->sink_lent) st->metrics_waiting.push_back(rp);
+        else rp.deliver(st->metrics());
+        return rp;
       },
   };
 }

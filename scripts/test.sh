@@ -5,6 +5,8 @@
 #   scripts/test.sh --sanitize   the unit suites under AddressSanitizer + UBSan (the golden
 #                                suites run the same code paths, ~10x slower under ASan; they
 #                                are not even built there, tests/CMakeLists.txt)
+#   scripts/test.sh --tsan       the actor, engine and endpoint suites under ThreadSanitizer,
+#                                two actor threads included (build-tsan/; see below)
 # Labels: unit, golden, slow, cuda (tests/CMakeLists.txt).
 # SPECPIPE_UNITY_BUILD=OFF compiles every source file on its own (see below).
 set -euo pipefail
@@ -37,6 +39,13 @@ extra=()
 # ConcurrentRequests' sampled requests and examples.pipeline.sampling.
 sanitize_skip='SpeculativeProperty|StrategyMatrix|AcceptanceStats|ToyExactness|DemoFirstToken'
 skip='^$'
+# ThreadSanitizer: only the suites where threads meet (the actors on CAF's threads, the
+# engine's blocking queries, the endpoint's socket thread), not everything: a TSAN build of
+# all targets is heavy on 2 cores. CAF is rebuilt with TSAN (scripts/build-caf-tsan.sh), else its
+# uninstrumented mailboxes hide the ordering of every message from TSAN.
+tsan_targets=(actor_threads_test concurrent_requests_test round_protocol_test endpoint_test)
+tsan_tests='^(ActorThreads|ConcurrentRequests|EndpointTest)\.|^actors\.round_protocol$'
+tsan=0
 for arg in "$@"; do
   case "$arg" in
     --slow) labels='unit|golden|slow' ;;
@@ -47,11 +56,27 @@ for arg in "$@"; do
                 extra+=(-DSPECPIPE_SANITIZE=address,undefined -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECPIPE_BUILD_BENCH=OFF
                         -DSPECPIPE_CUDA=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
                         "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1") ;;
+    --tsan) tsan=1; labels='unit'; build="$root/build-tsan"; skip='^$'
+            extra+=(-DSPECPIPE_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECPIPE_BUILD_BENCH=OFF
+                    -DSPECPIPE_CUDA=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1"
+                    "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1"
+                    "-DCAF_INCLUDE_DIR=$build/caf/install/include"
+                    "-DCAF_CORE_LIBRARY=$build/caf/install/lib/libcaf_core.so") ;;
     *) echo "unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
 
 "$root/scripts/install-deps.sh"
+if [[ $tsan == 1 ]]; then
+  "$root/scripts/build-caf-tsan.sh" "$build/caf"
+  cmake -S "$root" -B "$build" -DSPECPIPE_WERROR=ON -DCMAKE_UNITY_BUILD="$unity" "${extra[@]}" >/dev/null
+  cmake --build "$build" -j"$jobs" --target "${tsan_targets[@]}"
+  # halt_on_error: a race fails its test at once. OpenBLAS's own threads are not
+  # instrumented: one BLAS thread.
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  export OPENBLAS_NUM_THREADS=1
+  cd "$build" && exec ctest -L unit -R "$tsan_tests" --output-on-failure -j"$jobs" --timeout 900
+fi
 cmake -S "$root" -B "$build" -DSPECPIPE_WERROR=ON -DCMAKE_UNITY_BUILD="$unity" "${extra[@]}" >/dev/null
 cmake --build "$build" -j"$jobs"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
