@@ -5,6 +5,7 @@
 // reason; a plugin answering garbage is disabled (counted) and every token stays right.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "core/error.h"
@@ -64,6 +65,22 @@ TEST(SpecpvExact, GoldenCasesEqualPlainWithPartialRoundsAndRollbacks) {
   EXPECT_EQ(m["mode"], "exact");
   EXPECT_TRUE(m["lossless"].get<bool>());
   EXPECT_FALSE(m["host"]["disabled"].get<bool>()) << m.dump();
+}
+
+// Batched: sequences with views of their own (and rollbacks) in one verify forward.
+TEST(SpecpvExact, ConcurrentRequestsEqualPlain) {
+  actors::Engine engine(with_specpv(std::string(kTiny) + "}"));
+  const auto& cases = test::golden_public()["cases"];
+  test::Completions done;
+  std::map<RequestId, size_t> index;
+  for (size_t i = 3; i < 6; ++i)
+    index[engine.submit(test::greedy_request(test::ids(cases[i]["prompt_ids"]), 40), done.sink())] = i;
+  int64_t partial = 0;
+  for (const auto& [id, c] : done.wait(index.size())) {
+    EXPECT_EQ(c.tokens, first(test::ids(cases[index.at(id)]["target_greedy_96"]), 40)) << "case " << index.at(id);
+    partial += c.stats.view.partial_rounds();
+  }
+  EXPECT_GT(partial, 0);
 }
 
 TEST(SpecpvApproximate, IsLabelledInEveryStatistic) {
