@@ -150,16 +150,9 @@ void CudaTransformer::allocate_kv_pool(int32_t kv_blocks, int32_t block_size) {
   d.attention_counters.allocate(static_cast<size_t>(M * c.num_kv_heads) * sizeof(uint32_t), &device_bytes_);
   cuda_try(cudaMemset(d.attention_counters.as<void>(), 0, d.attention_counters.bytes()), "counters memset");
   // Metadata: one fixed layout for every forward (graphs bake these addresses; forward_plan.h).
-  d.meta_layout = cuda::forward_meta_layout(c, options_.max_tokens, kv_blocks, block_size);
-  {
-    const size_t meta_bytes = d.meta_layout.bytes();
-    size_t meta_total = 0;
-    d.meta.allocate(meta_bytes, &meta_total);
-    d.meta_host.allocate(meta_bytes);
-  }
-
   d.num_blocks = kv_blocks;
   d.block_size = block_size;
+  allocate_metadata();
   if (options_.fused_step) setup_fused_step();
 }
 
@@ -338,12 +331,27 @@ void CudaTransformer::queue_host_copy(bool to_host, int32_t pool_block, int32_t 
   else impl_->copies.push_back({Kind::host_to_pool, host_block, pool_block});
 }
 
+void CudaTransformer::allocate_metadata() {
+  cuda::TransformerState& d = *impl_;
+  // With a ring a block table also names host-tier blocks: room for every position's.
+  d.meta_layout = cuda::forward_meta_layout(config_, options_.max_tokens, d.num_blocks, d.block_size,
+                                            /*host_tier=*/d.ring != nullptr);
+  if (d.meta.bytes() == d.meta_layout.bytes()) return;
+  d.graphs.clear();  // they hold the old buffer's addresses
+  size_t meta_total = 0;
+  d.meta.allocate(d.meta_layout.bytes(), &meta_total);
+  d.meta_host.allocate(d.meta_layout.bytes());
+}
+
 void CudaTransformer::enable_layer_ring(int32_t slots, bool overlap) {
   cuda::TransformerState& d = *impl_;
   const std::lock_guard stream_lock(d.stream_mutex);
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   auto ring = std::make_unique<cuda::DeviceLayerRing>(slots, stream_, overlap);  // checks slots first
+  settle_launched_chain();
+  cuda_try(cudaStreamSynchronize(stream_), "sync");  // nothing may still read the metadata
   d.ring = std::move(ring);
+  if (d.num_blocks > 0) allocate_metadata();
 }
 
 RingStats CudaTransformer::ring_stats() const { return impl_->ring ? impl_->ring->stats() : RingStats{}; }

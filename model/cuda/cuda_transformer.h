@@ -250,6 +250,10 @@ class CudaTransformer {
   /// Enqueues the queued block copies on the stream (in queue order); copies to or from
   /// the host tier need `host` (the forward's KvStore's tier; else Error(internal)).
   void apply_block_copies(const HostKvTier* host);
+  /// The metadata buffers for the pool (and, once a ring is on, for block tables that
+  /// name host-tier blocks: forward_meta_layout), reallocated (graphs dropped) when the
+  /// layout grows.
+  void allocate_metadata();
   /// With options.fused_step, once the pool exists: the fused kernel's tables and scratch.
   void setup_fused_step();
   ModelConfig config_;

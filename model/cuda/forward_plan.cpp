@@ -43,7 +43,7 @@ size_t ForwardMetaLayout::chain_windows(int32_t step) const {
 }
 
 ForwardMetaLayout forward_meta_layout(const ModelConfig& config, int32_t max_tokens, int32_t num_blocks,
-                                      int32_t block_size) {
+                                      int32_t block_size, bool host_tier) {
   ForwardMetaLayout l;
   const auto m = static_cast<size_t>(max_tokens);
   l.max_tokens = m;
@@ -54,8 +54,8 @@ ForwardMetaLayout forward_meta_layout(const ModelConfig& config, int32_t max_tok
   l.logit_index = l.token_window + align16(m * 4);
   l.windows = l.logit_index + align16(m * 4);
   l.tables = l.windows + align16(m * sizeof(AttentionWindowDesc));
-  const int64_t table_max =
-      std::min<int64_t>(num_blocks, (config.max_position_embeddings + block_size - 1) / block_size + 1);
+  const int64_t positions_max = (config.max_position_embeddings + block_size - 1) / block_size + 1;
+  const int64_t table_max = host_tier ? positions_max : std::min<int64_t>(num_blocks, positions_max);
   l.chain = align16(l.tables + m * static_cast<size_t>(table_max) * 4);
   l.chain_step_bytes = align16(m * 8) + align16(m * 4) + align16(m * sizeof(AttentionWindowDesc));
   l.identity = l.chain + static_cast<size_t>(kMaxChainSteps - 1) * l.chain_step_bytes;

@@ -52,9 +52,10 @@ struct ForwardMetaLayout {
 
 /// The layout for forwards of at most `max_tokens` rows of a model of `config` over a pool
 /// of `num_blocks` blocks of `block_size` tokens: a window's block table covers at most
-/// the model's positions (+1: truncate keeps a sequence's first block) and the pool.
+/// the model's positions (+1: truncate keeps a sequence's first block) and, unless
+/// `host_tier` (offload: a table also names host-tier blocks), the pool.
 ForwardMetaLayout forward_meta_layout(const ModelConfig& config, int32_t max_tokens, int32_t num_blocks,
-                                      int32_t block_size);
+                                      int32_t block_size, bool host_tier = false);
 
 /// What a forward is planned against: the GEMMs' row capacity, the device pool (0 blocks:
 /// not allocated yet) and the metadata layout.

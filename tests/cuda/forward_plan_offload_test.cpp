@@ -86,6 +86,43 @@ TEST_F(ForwardPlanOffloadTest, HostBlocksComeFromTheRingInSequenceOrder) {
   EXPECT_EQ(p.slots, (std::vector<int64_t>{kv.slot(a, 20), kv.slot(b, 9), kv.slot(c, 13)}));
 }
 
+TEST(ForwardMetaLayout, WithAHostTierTablesCoverEveryPositionNotJustThePool) {
+  const ModelConfig c = small_plan_config();  // 256 positions: 65 blocks of 4 (+1)
+  EXPECT_EQ(forward_meta_layout(c, kMaxTokens, 8, kBlockSize).table_capacity(), size_t{kMaxTokens} * 8);
+  EXPECT_EQ(forward_meta_layout(c, kMaxTokens, 8, kBlockSize, true).table_capacity(), size_t{kMaxTokens} * 65);
+}
+
+TEST_F(ForwardPlanOffloadTest, ASmallPoolWithAHostTierPlansALongSequence) {
+  // 8 pool blocks, a sequence of 120 tokens (30 blocks, 29 of them on the host tier):
+  // its table outgrows the pool, which only a host-tier layout has room for.
+  KvStore small(kv_store_layout(config, 8, kBlockSize, /*device_pool=*/true));
+  const HostTierLayout layout{config.num_layers, config.num_kv_heads, config.head_dim, kBlockSize};
+  small.attach_host_tier(std::make_unique<HostKvTier>(layout, 40 * HostKvTier::block_bytes(layout)),
+                         {[](int32_t, int32_t) {}, [](int32_t, int32_t) {}});
+  const std::vector<int32_t> chunk(4, 7);
+  const SeqId s = small.add_sequence(chunk);
+  for (int32_t i = 0; i < 30; ++i) {
+    small.reserve(s, small.length(s) + 4);
+    small.commit(s, chunk);
+    if (small.offloadable_blocks(s) > 1) small.offload_prefix(s, small.offloadable_blocks(s) - 1);
+  }
+  small.reserve(s, 121);
+  const int32_t t = 5;
+  const ForwardWindow w[] = {{s, {&t, 1}}};
+  // Metadata for one row: 8 table entries (the pool), or 65 (every position's block).
+  const ForwardGeometry one_row_pool_only{kMaxTokens, 8, kBlockSize, forward_meta_layout(config, 1, 8, kBlockSize)};
+  const ForwardGeometry with_host{kMaxTokens, 8, kBlockSize, forward_meta_layout(config, 1, 8, kBlockSize, true)};
+  try {
+    plan_forward(w, 1, false, false, small, config, one_row_pool_only);
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << e.what();
+  }
+  const ForwardPlan p = plan_forward(w, 1, false, false, small, config, with_host);
+  EXPECT_EQ(p.ring_host_blocks.size(), 29u);
+  EXPECT_EQ(p.block_tables.size(), 31u);
+}
+
 TEST_F(ForwardPlanOffloadTest, NoHostBlocksNoRing) {
   const SeqId b = add(9, 0);
   const std::vector<int32_t> tokens = {1};
