@@ -14,14 +14,18 @@
 # and bash tools/gpu/bench.sh (demo pair on the GPU + Hugging Face, JSON), or
 # bash tools/gpu/graph_bench.sh (synthetic 8B / 0.6B models, CUDA graphs, JSON).
 #
-# Usage: tools/gpu/bundle.sh            (build dir: $SPECPIPE_GPU_BUILD or build-gpu)
+# Usage: tools/gpu/bundle.sh            (build dir: $SPECPIPE_GPU_BUILD or build-gpu;
+#        bundle name: $SPECPIPE_BUNDLE or gpu-bundle, so engineers sharing a checkout each
+#        pack their own: SPECPIPE_BUNDLE=gpu-bundle-x makes gpu-bundle-x.tar.xz, and the
+#        scripts on the GPU machine read it with the same SPECPIPE_BUNDLE)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${SPECPIPE_GPU_BUILD:-$root/build-gpu}"
-bundle="$root/gpu-bundle"
+name="${SPECPIPE_BUNDLE:-gpu-bundle}"
+bundle="$root/$name"
 jobs="${SPECPIPE_JOBS:-1}"
 tools=(specpipe_cuda_check specpipe_gpu_generate specpipe speculative_golden_test concurrent_requests_test
-       speculative_property_test plugin_pipeline_test rope_scaling_golden_test)
+       speculative_property_test plugin_pipeline_test rope_scaling_golden_test offload_engine_test)
 plugins=(specpipe_nwor specpipe_scv specpipe_faulty_plugin specpipe_faulty_abi_plugin specpipe_faulty_no_entry_plugin)
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECPIPE_CUDA=ON \
@@ -47,6 +51,6 @@ for t in "${tools[@]}"; do
 done
 git -C "$root" rev-parse --short HEAD >"$bundle/COMMIT" 2>/dev/null || true
 rm -f "$bundle.tar.xz"
-tar -C "$root" -cJf "$bundle.tar.xz" gpu-bundle
+tar -C "$root" -cJf "$bundle.tar.xz" "$name"
 echo "bundle: $(du -sh "$bundle" | cut -f1) in $bundle, $(du -sh "$bundle.tar.xz" | cut -f1) packed"
 ls -l "$bundle/bin" "$bundle/lib"

@@ -1,10 +1,10 @@
 # Sourced by the GPU scripts (check.sh, bench.sh, graph_bench.sh, fused_run.sh) on the GPU
 # machine, from the repository root: `gpu_bundle_env <tool> <script name>` checks that
-# gpu-bundle/bin/<tool> exists (tools/gpu/bundle.sh makes it), sets $bundle, $exe and
+# gpu-bundle/bin/<tool> exists ($SPECPIPE_BUNDLE/bin/<tool> when set: bundle.sh) (tools/gpu/bundle.sh makes it), sets $bundle, $exe and
 # $out ($OUT, else gpu-out/, created), and puts the bundle's libraries, then the
 # machine's CUDA 13 (cuBLASLt, wherever it lives) on LD_LIBRARY_PATH.
 gpu_bundle_env() {
-  bundle="gpu-bundle"
+  bundle="${SPECPIPE_BUNDLE:-gpu-bundle}"
   out="${OUT:-gpu-out}"
   # What travels is the packed bundle; unpack it once.
   if [[ -f "$bundle.tar.xz" && ! -d "$bundle/bin" ]]; then tar -xJf "$bundle.tar.xz"; fi

@@ -19,6 +19,10 @@
 // it) against the floor (matrix bytes / device-to-device copy rate measured
 // in the same run), verify windows n = 1..9 relative to one decode step, graphs off and
 // on, and graph vs eager bitwise identity of the logits (synthetic_bench.cpp).
+// --offload-check (issue 16): offload == all-on-GPU bit for bit on the --target model and on
+// the --synthetic shape (qwen3-0.6b by default), --context prompt tokens (offload_check.cpp).
+// --offload-bench with --synthetic NAME --context N [--ring-slots N]: decode ms/token all on
+// the GPU vs host tier + ring (overlap) vs in-line copies, PCIe floor (offload_bench.cpp).
 // Prints one JSON object; exits 1 on a token mismatch that is not a near-tie (or on an
 // error). Links no CAF / ZeroMQ / yaml-cpp: runs from the GPU bundle.
 #include <algorithm>
@@ -28,6 +32,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -43,7 +48,10 @@
 #include "model/cuda/cuda_transformer.h"
 #include "model/load_model.h"
 #include "model/transformer.h"
+#include "tools/gpu/offload_bench.h"
+#include "tools/gpu/offload_check.h"
 #include "tools/gpu/synthetic_bench.h"
+#include "tools/gpu/synthetic_models.h"
 #include "tools/gpu/tool_support.h"
 
 using namespace specpipe;
@@ -283,6 +291,25 @@ json compare_launched_chain(CudaTransformer& m, KvStore& kv, const json& cases, 
   return {{"steps", steps}, {"chains_checked", checked}, {"identical_to_forward_greedy_chain", same}};
 }
 
+/// --offload-check: the real target model and a synthetic shape (offload_check.h).
+json offload_checks(const std::string& target_dir, const std::string& shape, int32_t prompt_len, uint64_t seed,
+                    CudaTransformerOptions opt, bool& ok) {
+  json r;
+  const int32_t steps = 40;
+  const int32_t blocks = (prompt_len + steps + 64) / 16 + 4;
+  {
+    const std::unique_ptr<Transformer> cpu = load_transformer(target_dir);
+    CudaTransformer m(cpu->config(), cpu->weights(), blocks, 16, opt);
+    r["target"] = offload_check(m, prompt_len, steps, seed, ok);
+    r["target"]["model"] = target_dir;
+  }
+  const ModelConfig c = synthetic_model_config(shape);
+  auto m = CudaTransformer::random(c, seed, blocks, 16, opt);
+  r["synthetic"] = offload_check(*m, prompt_len, steps, seed, ok);
+  r["synthetic"]["model"] = shape;
+  return r;
+}
+
 int main(int argc, char** argv) {
   std::string target_dir = "models/demo-target", draft_dir = "models/demo-draft",
               golden_path = "tests/data/golden-public.json";
@@ -301,6 +328,8 @@ int main(int argc, char** argv) {
   int32_t prefill_max = 16384;
   uint64_t seed = 1;
   int iters = 30;
+  bool offload_check_mode = false, offload_bench_mode = false;
+  int32_t ring_slots = 4;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -325,6 +354,9 @@ int main(int argc, char** argv) {
     else if (a == "--seed") seed = std::stoull(next());
     else if (a == "--iters") iters = std::stoi(next());
     else if (a == "--fused-draft") fused_draft = true;
+    else if (a == "--offload-check") offload_check_mode = true;
+    else if (a == "--offload-bench") offload_bench_mode = true;
+    else if (a == "--ring-slots") ring_slots = std::stoi(next());
     else if (a == "--fused-blocks") fused_blocks = std::stoi(next());
     else if (a == "--fused-trace") fused_trace = true;
     else if (a == "--gemm" || a == "--draft-gemm") {
@@ -343,16 +375,18 @@ int main(int argc, char** argv) {
                    "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--repeat N] [--no-timing] "
                    "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm auto|cublaslt|rows|mma] [--draft-gemm auto|cublaslt|rows|mma] "
                    "[--no-graphs] [--fused-draft [--fused-blocks N] [--fused-trace]] "
-                   "[--synthetic NAME [--context N] [--prefill-max N] [--seed S] [--iters N]]\n",
+                   "[--synthetic NAME [--context N] [--prefill-max N] [--seed S] [--iters N]] "
+                   "[--offload-check | --offload-bench [--ring-slots N]]\n",
                    argv[0]);
       return 2;
     }
   }
   json report;
   bool ok = true;
-  if (!synthetic.empty()) {
+  // The one-report modes: run, print the JSON (with the error if it threw), exit 1 unless ok.
+  auto single_report = [&](const std::function<json()>& make) {
     try {
-      report = synthetic_bench(synthetic, context, prefill_max, seed, iters, gpu_options, ok);
+      report = make();
       report["pass"] = ok;
     } catch (const std::exception& e) {
       report["error"] = e.what();
@@ -361,7 +395,15 @@ int main(int argc, char** argv) {
     }
     std::cout << report.dump(1) << std::endl;
     return ok ? 0 : 1;
-  }
+  };
+  if (offload_bench_mode)
+    return single_report([&] { return offload_bench(synthetic, context, ring_slots, seed, iters, gpu_options); });
+  if (offload_check_mode)
+    return single_report([&] {
+      return offload_checks(target_dir, synthetic.empty() ? "qwen3-0.6b" : synthetic, context, seed, gpu_options, ok);
+    });
+  if (!synthetic.empty())
+    return single_report([&] { return synthetic_bench(synthetic, context, prefill_max, seed, iters, gpu_options, ok); });
   try {
     std::ifstream in(golden_path);
     if (!in) throw std::runtime_error("cannot open " + golden_path);

@@ -21,23 +21,15 @@ double copy_bandwidth() {
   void *a = nullptr, *b = nullptr;
   cuda_check(cudaMalloc(&a, bytes), "cudaMalloc");
   cuda_check(cudaMalloc(&b, bytes), "cudaMalloc");
-  cudaEvent_t e0, e1;
-  cuda_check(cudaEventCreate(&e0), "event");
-  cuda_check(cudaEventCreate(&e1), "event");
   cuda_check(cudaMemset(a, 1, bytes), "memset");
   for (int i = 0; i < 2; ++i) cuda_check(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
   const int reps = 10;
-  cuda_check(cudaEventRecord(e0), "record");
-  for (int i = 0; i < reps; ++i) cuda_check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
-  cuda_check(cudaEventRecord(e1), "record");
-  cuda_check(cudaEventSynchronize(e1), "sync");
-  float ms = 0;
-  cuda_check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const double ms = stream_ms([&] {
+    for (int i = 0; i < reps; ++i) cuda_check(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice), "copy");
+  });
   cudaFree(a);
   cudaFree(b);
-  return 2.0 * static_cast<double>(bytes) * reps / (static_cast<double>(ms) / 1e3);
+  return 2.0 * static_cast<double>(bytes) * reps / (ms / 1e3);
 }
 
 json synthetic_bench(const std::string& name, int32_t context, int32_t prefill_max, uint64_t seed, int iters,

@@ -2,6 +2,21 @@
 
 namespace specpipe::gpu_tool {
 
+double stream_ms(const std::function<void()>& enqueue) {
+  cudaEvent_t e0, e1;
+  cuda_check(cudaEventCreate(&e0), "event");
+  cuda_check(cudaEventCreate(&e1), "event");
+  cuda_check(cudaEventRecord(e0), "record");
+  enqueue();
+  cuda_check(cudaEventRecord(e1), "record");
+  cuda_check(cudaEventSynchronize(e1), "sync");
+  float ms = 0;
+  cuda_check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return static_cast<double>(ms);
+}
+
 void gpu_prefill(CudaTransformer& m, KvStore& kv, SeqId seq, std::span<const int32_t> tokens, LogitsMode last_mode,
                  CudaLogits& logits) {
   for (size_t at = 0; at < tokens.size(); at += kPrefillChunk) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -30,6 +31,10 @@ inline double median(std::vector<double> v) {
 inline void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
+
+/// Milliseconds the device takes for the work `enqueue` puts on the default stream
+/// (cudaEvents around it; waits for it).
+double stream_ms(const std::function<void()>& enqueue);
 
 /// Prefill chunk (at most the CudaTransformer's max_tokens).
 constexpr int32_t kPrefillChunk = 64;

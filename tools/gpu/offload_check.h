@@ -1,0 +1,22 @@
+#pragma once
+/// The GPU check of offload (issue 16, items 3-4 on CUDA): a sequence whose oldest blocks
+/// move to a pinned host tier as it grows, its K/V streamed through the device layer
+/// ring, must give the same logits, bit for bit, as the same sequence with every block
+/// in the GPU pool: prefill chunks, decode steps, a verify window, a rollback below the
+/// host boundary (a host block back to the pool) and the steps after it; with the ring's
+/// copy stream (overlap) and in line (the seed's synchronous way), 2 and 3 slots. Then
+/// the bad inputs: ring slots < 2, host memory that cannot be pinned; the model serves
+/// after each.
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+
+#include "model/cuda/cuda_transformer.h"
+
+namespace specpipe::gpu_tool {
+
+/// Runs the check on `m` (its pool must hold prompt_len + steps + 16 tokens) with a
+/// random prompt of `prompt_len` tokens. Clears `ok` on any difference or failed check.
+nlohmann::json offload_check(CudaTransformer& m, int32_t prompt_len, int32_t steps, uint64_t seed, bool& ok);
+
+}  // namespace specpipe::gpu_tool
