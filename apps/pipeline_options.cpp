@@ -53,7 +53,7 @@ void PipelineOptions::add_to(CLI::App& cmd) {
       [](const PipelineOptions& o, PipelineConfig& c) { c.kv.memory_fraction = o.defaults_.kv.memory_fraction; });
   add(cmd.add_option("--block-size", d.kv.block_size, "tokens per KV block")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.kv.block_size = o.defaults_.kv.block_size; });
-  add(cmd.add_flag("--offload", offload_, "move the oldest KV blocks to a host tier when the pool fills (CPU)"),
+  add(cmd.add_flag("--offload", offload_, "move the oldest KV blocks to a host tier when the pool fills (CUDA: pinned)"),
       [](const PipelineOptions& o, PipelineConfig& c) { c.offload.enable = o.offload_; });
   add(cmd.add_option("--offload-host-bytes", d.offload.host_bytes, "host tier size in bytes (offload)")
           ->check(CLI::PositiveNumber),
