@@ -52,6 +52,7 @@ std::vector<BadCase> bad_cases() {
       {"presence_penalty", post(c, R"({"prompt": "a", "presence_penalty": 0.5})"), 400, "bad_request"},
       {"unknown field", post(c, R"({"prompt": "a", "foo": 1})"), 400, "bad_request"},
       {"huge integer", post(c, R"({"prompt": "a", "max_tokens": 99999999999999999999})"), 400, "bad_request"},
+      {"prompt + max_tokens past the KV store", post(c, R"({"prompt": "a", "max_tokens": 40000})"), 400, "out_of_capacity"},
       {"unknown model", post(c, R"({"prompt": "a", "model": "gpt-4"})"), 404, "model_not_found"},
       {"chat without messages", post(chat, R"({"model": "demo-target"})"), 400, "bad_request"},
       {"chat with a bad role", post(chat, R"({"messages": [{"role": "robot", "content": "x"}]})"), 400, "bad_request"},
