@@ -23,12 +23,15 @@ run() {  # name, yaml, extra args...
   printf '%s\n' "$yaml" > "$OUT/$name.yaml"
   for p in "${!PROMPTS[@]}"; do
     "$BUILD/apps/specpipe" generate --config "$OUT/$name.yaml" --prompt-ids "${PROMPTS[$p]}" --max-tokens 64 \
-      --ignore-eos "$@" 2>/dev/null | grep -E '^(prompt tokens|rounds|verify_view|time):' > "$OUT/$name-$p.txt" || true
+      --ignore-eos "$@" > "$OUT/$name-$p.out" 2>/dev/null || true
+    grep -E '^(prompt tokens|rounds|verify_view|time):' "$OUT/$name-$p.out" > "$OUT/$name-$p.txt" || true
     echo "== $name prompt $p"; cat "$OUT/$name-$p.txt"
   done
 }
-run plain "version: 1" --no-spec
-run full "version: 1"
+if [[ -z "${SKIP_BASELINE:-}" ]]; then  # SKIP_BASELINE=1: the SpecPV rows only
+  run plain "version: 1" --no-spec
+  run full "version: 1"
+fi
 for budget in 256 512 1024; do
   for mode in exact approximate; do
     run "specpv-$budget-$mode" "version: 1
