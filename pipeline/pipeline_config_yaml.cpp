@@ -172,7 +172,6 @@ void read_scheduler(const Section& top, SchedulerSection& c) {
   s.read("actor_threads", c.actor_threads, IntRange{1, 64});
 }
 
-void read_server(const Section& top, ServerConfig& c) {
 /// "HOST:PORT" with a non-empty host and a port of 0-65535 (the HTTP gateway resolves the host).
 bool is_http_bind_address(const std::string& a) {
   const size_t colon = a.rfind(':');
@@ -182,6 +181,7 @@ bool is_http_bind_address(const std::string& a) {
          std::stoi(port) <= 65535;
 }
 
+void read_server(const Section& top, ServerConfig& c) {
   const Section s =
       top.child("server", {"endpoint", "max_message_bytes", "max_inflight", "shutdown_grace_ms", "http", "http_timeout_ms"});
   s.read("endpoint", c.endpoint);
@@ -194,11 +194,11 @@ bool is_http_bind_address(const std::string& a) {
   s.read("max_message_bytes", c.max_message_bytes, IntRange{256, int64_t{1} << 30});
   s.read("max_inflight", c.max_inflight, IntRange{1, kMillion});
   s.read("shutdown_grace_ms", c.shutdown_grace_ms, IntRange{0, 600'000});
-}
   s.read("http", c.http);
   if (!c.http.empty() && !is_http_bind_address(c.http))
     s.fail("http", fmt::format("\"{}\" is not HOST:PORT (e.g. 127.0.0.1:8000; port 0 picks a free one)", c.http));
   s.read("http_timeout_ms", c.http_timeout_ms, IntRange{100, 600'000});
+}
 
 void read_defaults(const Section& top, RequestDefaults& c) {
   const Section s = top.child("defaults", {"max_tokens", "temperature", "top_k", "top_p", "stop_at_eos"});
