@@ -66,6 +66,15 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     std::vector<const ForwardModel*> models{target.get()};
     if (draft) models.push_back(draft.get());
     blocks = kv_blocks_for_free_memory(device, models, c.kv.block_size, c.kv.memory_fraction);
+    if (c.offload.enable) {
+      // The ring's device slots are allocated at the first forward over host K/V: leave
+      // them room. A slot holds one layer of every host token a forward reads, at most
+      // the tier's share of one layer.
+      int64_t per_block = 0;
+      for (const ForwardModel* m : models) per_block += m->kv_block_bytes(c.kv.block_size);
+      const int64_t ring = int64_t{c.offload.ring_slots} * (c.offload.host_bytes / target->config().num_layers);
+      blocks -= static_cast<int32_t>(std::min<int64_t>(blocks - 1, (ring + per_block - 1) / per_block));
+    }
   } else {
     blocks = static_cast<int32_t>(c.kv.tokens / c.kv.block_size);
   }
