@@ -112,9 +112,9 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   server.put("max_message_bytes", c.server.max_message_bytes);
   server.put("max_inflight", c.server.max_inflight);
   server.put("shutdown_grace_ms", c.server.shutdown_grace_ms);
-  server.end();
   if (!c.server.http.empty()) server.put("http", c.server.http);  // absent = off (an empty string is refused)
   server.put("http_timeout_ms", c.server.http_timeout_ms);
+  server.end();
   MapWriter defaults = top.begin("defaults");
   defaults.put("max_tokens", c.defaults.max_tokens);
   defaults.put("temperature", c.defaults.temperature);
