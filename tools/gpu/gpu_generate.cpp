@@ -11,7 +11,10 @@
 //   (e) with CUDA graphs on (the default; --no-graphs turns them off): every case's plain
 //       run with graphs off and on gives bitwise-identical logits at every step and the
 //       same tokens, and speculation (gamma 5) the same tokens and accepted counts, also
-//       with the drafts made one forward per token instead of one greedy chain.
+//       with the drafts made one forward per token instead of one greedy chain,
+//   (g) copy-on-write of a shared prefix-cache block through the model's
+//       queue_block_copy: the rolled-back sequence and the one it shared with both
+//       decode the plain output.
 // --synthetic NAME (tools/gpu/synthetic_models.h: llama3-8b, llama3.1-8b, llama3-1b, qwen3-0.6b,
 // qwen3-4b, qwen3-8b) instead benchmarks a model of that
 // shape with seeded random BF16 weights made on the device: decode step at batch 1 after
@@ -227,12 +230,90 @@ int32_t argmax_of(const std::vector<float>& v) {
 
 }  // namespace
 
+/// (g) Copy-on-write of a shared prefix-cache block on the device: the KV store books the
+/// model's pool with the prefix cache on and the model's queue_block_copy as its
+/// BlockCopier (as load_pipeline sets it up). For each case, the prompt's first 40 tokens
+/// (two full blocks and a part; the pool is sized for one sequence of the longest case):
+/// sequence A prefills them; B gets the same prompt (sharing A's full blocks), rolls back
+/// into the second shared block (position 20) and re-feeds the rest, so the store must
+/// give B a private copy of that block (positions 16..19 from A's, copied on the device)
+/// before B writes 20 onwards. Then B and A each decode `steps` greedy tokens: both must
+/// equal plain greedy decoding of the same prompt (a store without the prefix cache, run
+/// first), which fails if the copy is missing or wrong (B reads stale K/V) or if B wrote
+/// into A's block. Clears `ok` on any difference or a case without a copy.
+json check_block_copy(CudaTransformer& m, const json& cases, int32_t steps, bool& ok) {
+  constexpr size_t kPrompt = 40;
+  std::vector<std::vector<int32_t>> prompts, plain;
+  for (const auto& c : cases) {
+    auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    if (prompt.size() < kPrompt) continue;
+    prompt.resize(kPrompt);
+    KvStore reference(m.kv_config());  // gone before the store below books the same pool
+    plain.push_back(gpu_plain(m, reference, prompt, steps, {}, false).tokens);
+    prompts.push_back(std::move(prompt));
+  }
+  int64_t copies = 0;
+  KvStoreConfig kc = m.kv_config();
+  kc.prefix_cache = true;
+  KvStore kv(kc, [&m, &copies](int32_t src, int32_t dst) {
+    ++copies;
+    m.queue_block_copy(src, dst);
+  });
+  constexpr int32_t kRollback = 20;  // inside the second block (block size 16)
+  CudaLogits lg;
+  auto decode = [&](SeqId seq, int32_t first) {
+    std::vector<int32_t> out{first};
+    while (static_cast<int32_t>(out.size()) < steps) {
+      kv.reserve(seq, kv.length(seq) + 1);
+      const ForwardWindow w{seq, {&out.back(), 1}, LogitsMode::last};
+      m.forward({&w, 1}, kv, lg);
+      kv.commit(seq, {&out.back(), 1});
+      out.push_back(lg.argmax(0));
+    }
+    return out;
+  };
+  int checked = 0, b_equal = 0, a_equal = 0, cases_copied = 0;
+  json bad = json::array();
+  m.set_copy_logits(false);
+  for (size_t ci = 0; ci < prompts.size(); ++ci) {
+    const std::vector<int32_t>& prompt = prompts[ci];
+    const std::vector<int32_t>& want = plain[ci];
+    const SeqId a = kv.add_sequence(prompt);
+    gpu_prefill(m, kv, a, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(kv.length(a))),
+                LogitsMode::last, lg);
+    const int32_t a_first = lg.argmax(0);
+    int32_t cached = 0;
+    const SeqId b = kv.add_sequence(prompt, &cached);
+    const int64_t copies_before = copies;
+    kv.truncate(b, kRollback);
+    gpu_prefill(m, kv, b, std::span<const int32_t>(prompt).subspan(kRollback), LogitsMode::last, lg);
+    const bool copied = copies > copies_before && kv.block_table(b)[1] != kv.block_table(a)[1] &&
+                        kv.block_table(b)[0] == kv.block_table(a)[0];
+    const std::vector<int32_t> b_out = decode(b, lg.argmax(0));
+    kv.release(b);
+    const std::vector<int32_t> a_out = decode(a, a_first);
+    kv.release(a);
+    ++checked;
+    cases_copied += copied;
+    b_equal += b_out == want;
+    a_equal += a_out == want;
+    if (!copied || b_out != want || a_out != want)
+      bad.push_back({{"case", ci}, {"cached_tokens", cached}, {"copied", copied},
+                     {"b_differs_at", first_difference(b_out, want)}, {"a_differs_at", first_difference(a_out, want)}});
+  }
+  if (checked == 0 || !bad.empty()) ok = false;
+  return {{"cases_checked", checked}, {"cases_copied", cases_copied}, {"block_copies", copies},
+          {"rolled_back_sequence_equals_plain", b_equal}, {"sharing_sequence_equals_plain", a_equal},
+          {"steps", steps}, {"problems", bad}};
+}
+
 /// The fused draft step (`fused`) against the per-kernel draft forward (`kernels`): plain
 /// greedy draft decoding of every case on both; the logits at each step up to the first
 /// token that differs, and that token's margin (a difference is allowed only at a
-/// near-tie, gap < tie_tol). Clears `ok` on a mismatch or logits further than logit_tol.
+/// near-tie, gap < tie_tol). Clears `ok` on a mismatch, more than max_near_ties near-ties
+/// or logits further than logit_tol.
 json compare_fused_draft(CudaTransformer& fused, CudaTransformer& kernels, KvStore& kv, const json& cases,
-                         double tie_tol, double logit_tol, bool& ok) {
+                         double tie_tol, double logit_tol, int max_near_ties, bool& ok) {
   const auto V = static_cast<size_t>(fused.config().vocab_size);
   int same = 0, ties = 0, bad_cases = 0;
   double worst = 0;
@@ -255,7 +336,7 @@ json compare_fused_draft(CudaTransformer& fused, CudaTransformer& kernels, KvSto
     else ++bad_cases;
     divergences.push_back({{"case", ci}, {"first_divergence", p}, {"logit_gap", gap}});
   }
-  if (bad_cases > 0 || worst > logit_tol) ok = false;
+  if (bad_cases > 0 || ties > max_near_ties || worst > logit_tol) ok = false;
   return {{"cases", cases.size()}, {"tokens_identical", same}, {"near_ties", ties}, {"mismatches", bad_cases},
           {"worst_logits_abs", worst}, {"divergences", divergences}};
 }
@@ -321,8 +402,15 @@ int main(int argc, char** argv) {
   int32_t fused_blocks = 0;
   bool fused_trace = false;            // report the fused kernel's phase clocks
   bool timing = true;
-  double tie_tol = 0.05;  // BF16 GPU vs float32 reference: logits differ by ~1e-2
-  double logit_tol = 0.25;
+  // Observed on the H100: the target's last-position logits within 0.049 (cuBLASLt) /
+  // 0.066 (row GEMM) of the CPU forward's (kernels/cuda/README.md), 0.0666 with the
+  // default GEMM (mma) on 2026-11-25; the fused draft's within 0.055 of the per-kernel
+  // draft's, one near-tie in its 16 cases (gap 0.006); none in the plain runs (16 / 16
+  // identical). The tolerances: about twice the largest error, a near-tie only where the
+  // two tokens' logits are within about one observed error, at most one per check.
+  double tie_tol = 0.05;
+  double logit_tol = 0.13;
+  int max_near_ties = 1;
   std::string synthetic;
   int32_t context = 512;
   int32_t prefill_max = 16384;
@@ -345,6 +433,7 @@ int main(int argc, char** argv) {
     else if (a == "--repeat") repeat = std::stoi(next());
     else if (a == "--tie-tol") tie_tol = std::stod(next());
     else if (a == "--logit-tol") logit_tol = std::stod(next());
+    else if (a == "--max-near-ties") max_near_ties = std::stoi(next());
     else if (a == "--cases") max_cases = static_cast<size_t>(std::stoul(next()));
     else if (a == "--no-timing") timing = false;
     else if (a == "--no-graphs") gpu_options.graphs = false;
@@ -373,7 +462,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--repeat N] [--no-timing] "
-                   "[--tie-tol X] [--logit-tol X] [--cases N] [--gemm auto|cublaslt|rows|mma] [--draft-gemm auto|cublaslt|rows|mma] "
+                   "[--tie-tol X] [--logit-tol X] [--max-near-ties N] [--cases N] [--gemm auto|cublaslt|rows|mma] [--draft-gemm auto|cublaslt|rows|mma] "
                    "[--no-graphs] [--fused-draft [--fused-blocks N] [--fused-trace]] "
                    "[--synthetic NAME [--context N] [--prefill-max N] [--seed S] [--iters N]] "
                    "[--offload-check | --offload-bench [--ring-slots N]]\n",
@@ -443,6 +532,7 @@ int main(int argc, char** argv) {
     report["device_bytes"] = {{"target", gt.device_bytes()}, {"draft", gd.device_bytes()}};
     report["tie_tol"] = tie_tol;
     report["logit_tol"] = logit_tol;
+    report["max_near_ties"] = max_near_ties;
 
     // (a) + (b)
     json plain_cases = json::array();
@@ -488,6 +578,7 @@ int main(int argc, char** argv) {
       plain_out.push_back(r.tokens);
       plain_matches.push_back(r.gap_at.empty());
     }
+    if (near_ties > max_near_ties) ok = false;
     report["plain"] = {{"cases", plain_cases},
                        {"identical", exact},
                        {"near_ties", near_ties},
@@ -584,12 +675,15 @@ int main(int argc, char** argv) {
                                   {"draft_graphs", gd.graph_count()}};
     }
 
+    // (g) copy-on-write of a shared prefix block, on the device
+    report["block_copy"] = check_block_copy(gt, cases, 32, ok);
+
     // (f) the fused draft step against the per-kernel draft forward
     if (fused_draft) {
       CudaTransformerOptions ref_options = draft_options;
       ref_options.fused_step = false;
       CudaTransformer gd_ref(cpu_draft->config(), cpu_draft->weights(), blocks, 16, ref_options);
-      report["fused_draft_vs_kernels"] = compare_fused_draft(gd, gd_ref, kvd, cases, tie_tol, logit_tol, ok);
+      report["fused_draft_vs_kernels"] = compare_fused_draft(gd, gd_ref, kvd, cases, tie_tol, logit_tol, max_near_ties, ok);
       report["fused_draft_vs_kernels"]["fused_blocks"] = fused_blocks;
     }
 
