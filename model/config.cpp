@@ -267,6 +267,61 @@ std::vector<int32_t> parse_eos(const Fields& fields, const std::filesystem::path
   return ids;
 }
 
+/// Upper bounds on config.json's sizes, far above any published checkpoint (largest
+/// vocabularies ~256k, hidden 16k-18k, intermediate 53k, 126 layers, 128 heads, head_dim
+/// 256, 10M positions), so that a typo or a hostile file is refused here, naming the key,
+/// instead of reaching an allocation sized by it (the RoPE tables hold
+/// max_position_embeddings x head_dim floats before any weight is read).
+struct SizeLimit {
+  std::string_view key;
+  int32_t ModelConfig::*field;
+  int32_t max;
+};
+constexpr std::array<SizeLimit, 8> kSizeLimits{{
+    {"vocab_size", &ModelConfig::vocab_size, 1 << 24},
+    {"hidden_size", &ModelConfig::hidden_size, 1 << 17},
+    {"intermediate_size", &ModelConfig::intermediate_size, 1 << 20},
+    {"num_hidden_layers", &ModelConfig::num_layers, 1 << 12},
+    {"num_attention_heads", &ModelConfig::num_heads, 1 << 12},
+    {"num_key_value_heads", &ModelConfig::num_kv_heads, 1 << 12},
+    {"head_dim", &ModelConfig::head_dim, 1 << 12},
+    {"max_position_embeddings", &ModelConfig::max_position_embeddings, 1 << 24},
+}};
+/// RoPE table entries (max_position_embeddings x head_dim floats: 8 GiB at the limit).
+constexpr int64_t kMaxRopeEntries = int64_t{1} << 31;
+/// Parameters the sizes declare: 2^41 (2.2 trillion), above the largest open checkpoints.
+constexpr int64_t kMaxParameters = int64_t{1} << 41;
+
+/// Parameters of the matrices the sizes declare (embeddings, lm_head, attention and MLP
+/// projections; norms and biases are negligible). The per-key limits keep every product
+/// below 2^62, so int64 cannot overflow.
+int64_t declared_parameters(const ModelConfig& c) {
+  const int64_t hidden = c.hidden_size;
+  const int64_t embeddings = int64_t{c.vocab_size} * hidden * (c.tie_word_embeddings ? 1 : 2);
+  const int64_t attention = hidden * (2 * c.q_dim() + 2 * c.kv_dim());
+  const int64_t mlp = 3 * hidden * c.intermediate_size;
+  return embeddings + int64_t{c.num_layers} * (attention + mlp);
+}
+
+void check_size_limits(const Fields& fields, const ModelConfig& c) {
+  for (const SizeLimit& limit : kSizeLimits)
+    if (c.*limit.field > limit.max)
+      fail(ErrorCode::invalid_argument, "{}: key '{}' = {} is above the limit {}", fields.file(),
+           limit.key, c.*limit.field, limit.max);
+  const int64_t rope_entries = int64_t{c.max_position_embeddings} * c.head_dim;
+  if (rope_entries > kMaxRopeEntries)
+    fail(ErrorCode::invalid_argument, "{}: max_position_embeddings {} x head_dim {} = {} RoPE "
+         "table entries, above the limit {}", fields.file(), c.max_position_embeddings,
+         c.head_dim, rope_entries, kMaxRopeEntries);
+  const int64_t parameters = declared_parameters(c);
+  if (parameters > kMaxParameters)
+    fail(ErrorCode::invalid_argument, "{}: the sizes declare {} parameters (vocab_size {}, "
+         "hidden_size {}, intermediate_size {}, num_hidden_layers {}, num_attention_heads {} x "
+         "head_dim {}), above the limit {}", fields.file(), parameters, c.vocab_size,
+         c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.head_dim,
+         kMaxParameters);
+}
+
 }  // namespace
 
 const char* to_string(ModelFamily family) {
@@ -317,8 +372,9 @@ ModelConfig ModelConfig::from_dir(const std::filesystem::path& model_dir) {
          fields.file(), c.head_dim);
 
   parse_rope(fields, c);
-  c.rms_norm_eps = static_cast<float>(fields.optional_positive_number("rms_norm_eps", 1e-6));
   c.tie_word_embeddings = fields.optional_bool("tie_word_embeddings", false);
+  check_size_limits(fields, c);
+  c.rms_norm_eps = static_cast<float>(fields.optional_positive_number("rms_norm_eps", 1e-6));
 
   // Which projections carry biases is fixed by the family's modeling code, not only by
   // the config: qwen2 always biases q/k/v (never o); llama and qwen3 follow

@@ -48,7 +48,8 @@ struct ModelConfig {
   /// Throws Error naming the file and key: not_found (file or required key missing),
   /// unsupported (unknown model_type, RoPE types other than default / linear / llama3 /
   /// yarn, sliding window, non-SiLU activation,
-  /// quantization), invalid_argument (wrong type, out of range or inconsistent sizes),
+  /// quantization), invalid_argument (wrong type, out of range, above the size limits of
+  /// config.cpp's kSizeLimits / RoPE table / parameter budget, or inconsistent sizes),
   /// corrupt_file (not well-formed JSON).
   static ModelConfig from_dir(const std::filesystem::path& model_dir);
 

@@ -2,7 +2,11 @@
 // config.json can be refused (each error must name the file and the key).
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "model/config.h"
 #include "tests/model/model_files_support.h"
@@ -214,6 +218,55 @@ TEST(ModelFilesConfig, NonPositiveOrHugeSize) {
   config["vocab_size"] = 1ll << 40;
   expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::invalid_argument,
                {"'vocab_size'", "range"});
+}
+
+// Sizes inside 32 bits but absurd are refused by config.json alone, naming the key, before
+// anything is sized by them (the RoPE tables are built from max_position_embeddings x
+// head_dim before any weight is read).
+TEST(ModelFilesConfig, SizesAboveLimits) {
+  const std::vector<std::pair<const char*, int64_t>> absurd{
+      {"vocab_size", 1ll << 30},          {"hidden_size", 1000000000},
+      {"intermediate_size", 1ll << 30},   {"num_hidden_layers", 1000000},
+      {"num_attention_heads", 1ll << 20}, {"head_dim", 1ll << 20},
+      {"max_position_embeddings", 2000000000}};
+  for (const auto& [key, value] : absurd) {
+    SCOPED_TRACE(key);
+    auto config = test::tiny_config();
+    config[key] = value;
+    if (std::string(key) == "num_attention_heads") config["num_key_value_heads"] = value;
+    expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::invalid_argument,
+                 {"config.json", fmt::format("'{}' = {}", key, value), "above the limit"});
+  }
+
+  auto config = test::tiny_config();
+  config["max_position_embeddings"] = 1 << 24;
+  config["head_dim"] = 512;
+  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::invalid_argument,
+               {"config.json", "max_position_embeddings 16777216 x head_dim 512", "RoPE"});
+
+  // Each size within its own limit; together 3 x 2^17 x 2^20 x 4096 MLP weights.
+  config = test::tiny_config();
+  config["hidden_size"] = 1 << 17;
+  config["intermediate_size"] = 1 << 20;
+  config["num_hidden_layers"] = 1 << 12;
+  expect_error([&] { ModelConfig::from_dir(config_dir(config)); }, ErrorCode::invalid_argument,
+               {"config.json", "parameters", "num_hidden_layers 4096", "above the limit"});
+}
+
+// The largest published dense shapes stay accepted (Llama 3.1 405B's config).
+TEST(ModelFilesConfig, LargestRealSizesAccepted) {
+  auto config = test::tiny_config("llama");
+  config["vocab_size"] = 128256;
+  config["hidden_size"] = 16384;
+  config["intermediate_size"] = 53248;
+  config["num_hidden_layers"] = 126;
+  config["num_attention_heads"] = 128;
+  config["num_key_value_heads"] = 8;
+  config["head_dim"] = 128;
+  config["max_position_embeddings"] = 131072;
+  auto c = ModelConfig::from_dir(config_dir(config));
+  EXPECT_EQ(c.hidden_size, 16384);
+  EXPECT_EQ(c.num_layers, 126);
 }
 
 TEST(ModelFilesConfig, InconsistentHeads) {
