@@ -73,7 +73,7 @@ if [[ $tsan == 1 ]]; then
   cmake --build "$build" -j"$jobs" --target "${tsan_targets[@]}"
   # halt_on_error: a race fails its test at once. OpenBLAS's own threads are not
   # instrumented: one BLAS thread.
-  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+  export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp}
   export OPENBLAS_NUM_THREADS=1
   cd "$build" && exec ctest -L unit -R "$tsan_tests" --output-on-failure -j"$jobs" --timeout 900
 fi
