@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (fuzz/*_fuzz.cpp) with clang, ASan and UBSan into
+# build-fuzz/ and runs each for SECONDS (default 60) from a seed corpus made of the
+# vendored models' files.
+#   scripts/fuzz.sh [SECONDS] [HARNESS...]     e.g. scripts/fuzz.sh 600 safetensors
+# Corpora grow in build-fuzz/corpus/<harness>/; crashes land in build-fuzz/crashes/
+# (libFuzzer's crash-* files): each found one becomes a regression test.
+# Needs clang (Debian: apt-get install -y clang); the harnesses compile only the parser
+# sources they test, not the whole project.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${1:-60}
+shift || true
+harnesses=("$@")
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors config)
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install -y clang)" >&2; exit 1; }
+build="$root/build-fuzz"
+mkdir -p "$build/crashes" "$build/tmp"
+# The harnesses write each input to a file under $TMPDIR (fuzz/fuzz_file.h): keep it here.
+export TMPDIR="$build/tmp"
+
+# The sources each harness compiles: the parser and what it calls, nothing else.
+common=(core/error.cpp core/dtype.cpp core/mapped_file.cpp model/json_file.cpp)
+declare -A sources=(
+  [safetensors]="model/safetensors.cpp"
+  [config]="model/config.cpp"
+)
+flags=(-std=c++20 -march="${SPECPIPE_CPU_ARCH:-x86-64-v3}" -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
+       -fno-sanitize-recover=undefined -I"$root" $(pkg-config --cflags spdlog fmt))
+libs=($(pkg-config --libs spdlog fmt))
+
+seed() {  # harness corpus_dir
+  case "$1" in
+    safetensors)  # headers and the first data bytes: the whole files are megabytes
+      for f in "$root"/models/*/*.safetensors; do
+        head -c 65536 "$f" > "$2/$(basename "$(dirname "$f")")-$(basename "$f").head"
+      done
+      python3 - "$2/tiny.safetensors" <<'PY'
+import json, struct, sys
+header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                     "b": {"dtype": "BF16", "shape": [1, 2], "data_offsets": [8, 12]},
+                     "__metadata__": {"format": "pt"}}).encode()
+header += b" " * (-len(header) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header + bytes(12))
+PY
+      ;;
+    config)
+      for f in "$root"/models/*/config.json "$root"/models/*/generation_config.json; do
+        cp "$f" "$2/$(basename "$(dirname "$f")")-$(basename "$f")"
+      done
+      ;;
+  esac
+}
+
+status=0
+for h in "${harnesses[@]}"; do
+  [ -n "${sources[$h]:-}" ] || { echo "fuzz.sh: unknown harness '$h' (${!sources[*]})" >&2; exit 1; }
+  bin="$build/${h}_fuzz"
+  echo "== building $h"
+  clang++ "${flags[@]}" "$root/fuzz/${h}_fuzz.cpp" ${sources[$h]/#/$root/} \
+    "${common[@]/#/$root/}" "${libs[@]}" -o "$bin"
+  corpus="$build/corpus/$h"
+  if [ ! -d "$corpus" ]; then mkdir -p "$corpus"; seed "$h" "$corpus"; fi
+  echo "== fuzzing $h for ${seconds}s"
+  # -max_len: headers beyond 64 KiB explore nothing new; -rss_limit: the parsers must not
+  # allocate by what the input declares.
+  "$bin" "$corpus" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
+    -artifact_prefix="$build/crashes/$h-" -print_final_stats=1 2>&1 | tail -25 || status=1
+done
+exit $status
