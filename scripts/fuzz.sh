@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
 shift || true
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors config)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors index config)
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install -y clang)" >&2; exit 1; }
 build="$root/build-fuzz"
 mkdir -p "$build/crashes" "$build/tmp"
@@ -23,6 +23,7 @@ export TMPDIR="$build/tmp"
 common=(core/error.cpp core/dtype.cpp core/mapped_file.cpp model/json_file.cpp)
 declare -A sources=(
   [safetensors]="model/safetensors.cpp"
+  [index]="model/safetensors.cpp"
   [config]="model/config.cpp"
 )
 flags=(-std=c++20 -march="${SPECPIPE_CPU_ARCH:-x86-64-v3}" -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
@@ -43,6 +44,10 @@ header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
 header += b" " * (-len(header) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header + bytes(12))
 PY
+      ;;
+    index)
+      cp "$root/models/demo-target/model.safetensors.index.json" "$2/demo-target.index.json"
+      echo '{"weight_map": {"x": "a.safetensors", "y": "a.safetensors"}}' > "$2/tiny.index.json"
       ;;
     config)
       for f in "$root"/models/*/config.json "$root"/models/*/generation_config.json; do
