@@ -2,7 +2,10 @@
 // Each error must name the file (and the tensor where there is one), never crash.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -109,6 +112,17 @@ TEST(ModelFilesSafetensors, HeaderLengthPastEndOfFile) {
   test::write_raw_safetensors(file, "{}", {}, ~uint64_t{0});
   expect_error([&] { SafetensorsArchive::open_file(file); }, ErrorCode::corrupt_file,
                {file.string(), "past the end"});
+}
+
+// A header length inside the file but over the reference implementation's 100 MiB is
+// refused before any of it is parsed. The file is sparse: nothing is written or read.
+TEST(ModelFilesSafetensors, HeaderLengthOverLimit) {
+  auto file = test::scratch_dir("hdr-limit") / "model.safetensors";
+  const uint64_t declared = (100u << 20) + 8;
+  test::write_raw_safetensors(file, "{}", {}, declared);
+  std::filesystem::resize_file(file, 8 + declared);
+  expect_error([&] { SafetensorsArchive::open_file(file); }, ErrorCode::corrupt_file,
+               {file.string(), fmt::format("header length {}", declared), "limit"});
 }
 
 TEST(ModelFilesSafetensors, HeaderJsonMalformed) {
