@@ -22,6 +22,27 @@ int engine_error_status(const std::string& code) {
   return 500;
 }
 
+/// The engine's sink for one request: posts its deltas and completion onto the gateway's
+/// thread. It lets go of the session with the completion, so a sink the scheduler drops
+/// later (possibly after the gateway is gone) never owns the session, whose socket and
+/// timer must be destroyed on the gateway's thread before its io_context. Called in order
+/// on the scheduler's thread (actors/response_sink.h).
+class SessionSink final : public actors::ResponseSink {
+ public:
+  SessionSink(std::shared_ptr<HttpSession> session, net::any_io_executor executor)
+      : session_(std::move(session)), executor_(std::move(executor)) {}
+  void on_delta(const actors::TokenDelta& d) override {
+    if (session_) net::post(executor_, [s = session_, d] { s->on_delta(d); });
+  }
+  void on_complete(const actors::Completion& c) override {
+    if (session_) net::post(executor_, [s = std::move(session_), c] { s->on_complete(c); });
+  }
+
+ private:
+  std::shared_ptr<HttpSession> session_;
+  net::any_io_executor executor_;
+};
+
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -51,12 +72,7 @@ void HttpSession::start_completion(const Request& request, ApiKind kind) {
   stream_started_ = false;
   first_text_seen_ = false;
   active_ = true;
-  auto self = shared_from_this();
-  auto executor = socket_.get_executor();
-  auto sink = std::make_shared<actors::CallbackSink>(
-      [self, executor](const actors::TokenDelta& d) { net::post(executor, [self, d] { self->on_delta(d); }); },
-      [self, executor](const actors::Completion& c) { net::post(executor, [self, c] { self->on_complete(c); }); });
-  engine_id_ = state_.engine.submit(std::move(r.spec), sink);
+  engine_id_ = state_.engine.submit(std::move(r.spec), std::make_shared<SessionSink>(shared_from_this(), socket_.get_executor()));
   {
     std::lock_guard lock(state_.active_mutex);
     state_.active[response_id_] = engine_id_;

@@ -26,6 +26,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   HttpSession(boost::asio::ip::tcp::socket socket, GatewayState& state);
   void start();
 
+  // The engine's events for the request in flight, run on the gateway's thread (its sink
+  // posts them there: http_completion.cpp).
+  void on_delta(const actors::TokenDelta& delta);
+  void on_complete(const actors::Completion& completion);
+
  private:
   using Clock = std::chrono::steady_clock;
   using Request = boost::beast::http::request<boost::beast::http::string_body>;
@@ -46,8 +51,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   // A completion request in the engine.
   void start_completion(const Request& request, ApiKind kind);
-  void on_delta(const actors::TokenDelta& delta);
-  void on_complete(const actors::Completion& completion);
   void stream_event(const std::string& json);
   void end_stream();
   void watch_disconnect();
