@@ -393,7 +393,13 @@ TEST_F(ScvPlugin, TableDescribesTheSlotAndEntryRefusesOtherAbis) {
   auto entry = reinterpret_cast<specpipe_plugin_entry_fn>(dlsym(handle, SPECPIPE_PLUGIN_ENTRY_SYMBOL));
   ASSERT_NE(entry, nullptr);
   EXPECT_EQ(entry(SPECPIPE_PLUGIN_ABI_VERSION + 1), nullptr);
-  EXPECT_EQ(entry(SPECPIPE_PLUGIN_ABI_VERSION), &table());
+  // The loader keeps its own copy of the table (SDK 1.1: a 1.0 plugin's shorter table is
+  // padded with NULLs), so compare what the entry hands out with that copy field by field.
+  const specpipe_plugin_table* own = entry(SPECPIPE_PLUGIN_ABI_VERSION);
+  ASSERT_NE(own, nullptr);
+  EXPECT_STREQ(own->name, table().name);
+  EXPECT_EQ(own->verify_plan, table().verify_plan);
+  EXPECT_EQ(own->create, table().create);
   dlclose(handle);
 }
 
