@@ -19,9 +19,6 @@ namespace bhttp = boost::beast::http;
 using nlohmann::json;
 
 constexpr size_t kHeaderLimit = 16 * 1024;
-/// Bytes of a pipelined next request buffered while a completion runs; beyond it the
-/// watch stops reading (the client is then noticed at the next write).
-constexpr size_t kWatchLimit = 64 * 1024;
 
 std::string response_head(int status, const char* content_type, std::optional<size_t> content_length, bool chunked,
                           bool keep_alive, const std::string& extra) {

@@ -54,6 +54,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void stream_event(const std::string& json);
   void end_stream();
   void watch_disconnect();
+  /// Bytes of a pipelined next request buffered while a completion runs; beyond it the
+  /// watch stops reading (the client is then noticed at the next write). A member, not a
+  /// file-local constant: http_completion.cpp uses it, and builds without unity batching
+  /// compile that file alone.
+  static constexpr size_t kWatchLimit = 64 * 1024;
   void client_gone();
 
   // Writing: a queue of byte strings, one async_write at a time, each under the deadline.
