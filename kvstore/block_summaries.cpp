@@ -8,15 +8,11 @@
 namespace specpipe {
 
 void BlockSummaries::add_layer_block(int32_t layer, const float* keys, int64_t ld) {
+  // Row 0 starts both bounds; rows 1.. widen them.
+  add_layer_summary(layer, keys, keys);
   const int32_t d = shape_.kv_dim();
-  std::vector<float>& mx = max_.at(static_cast<size_t>(layer));
-  std::vector<float>& mn = min_.at(static_cast<size_t>(layer));
-  if (mx.size() != static_cast<size_t>(blocks_) * d)
-    fail(ErrorCode::invalid_argument, "block summaries: layer {} is not at block {}", layer, blocks_);
-  mx.insert(mx.end(), keys, keys + d);
-  mn.insert(mn.end(), keys, keys + d);
-  float* bmax = mx.data() + static_cast<int64_t>(blocks_) * d;
-  float* bmin = mn.data() + static_cast<int64_t>(blocks_) * d;
+  float* bmax = max_[static_cast<size_t>(layer)].data() + static_cast<int64_t>(blocks_) * d;
+  float* bmin = min_[static_cast<size_t>(layer)].data() + static_cast<int64_t>(blocks_) * d;
   for (int32_t r = 1; r < shape_.block_size; ++r) {
     const float* row = keys + r * ld;
     for (int32_t i = 0; i < d; ++i) {
@@ -24,6 +20,16 @@ void BlockSummaries::add_layer_block(int32_t layer, const float* keys, int64_t l
       bmin[i] = std::min(bmin[i], row[i]);
     }
   }
+}
+
+void BlockSummaries::add_layer_summary(int32_t layer, const float* kmax, const float* kmin) {
+  const int32_t d = shape_.kv_dim();
+  std::vector<float>& mx = max_.at(static_cast<size_t>(layer));
+  std::vector<float>& mn = min_.at(static_cast<size_t>(layer));
+  if (mx.size() != static_cast<size_t>(blocks_) * d)
+    fail(ErrorCode::invalid_argument, "block summaries: layer {} is not at block {}", layer, blocks_);
+  mx.insert(mx.end(), kmax, kmax + d);
+  mn.insert(mn.end(), kmin, kmin + d);
 }
 
 void BlockSummaries::truncate(int32_t blocks) {

@@ -31,6 +31,9 @@ class BlockSummaries {
   /// every layer, then finish_block().
   void add_layer_block(int32_t layer, const float* keys, int64_t ld);
   void finish_block() { ++blocks_; }
+  /// The same from a summary made elsewhere (on the device holding the keys): block
+  /// blocks() of `layer` is kmax / kmin (kv_dim floats each).
+  void add_layer_summary(int32_t layer, const float* kmax, const float* kmin);
   /// Forgets blocks [blocks, blocks()) (their tokens were truncated).
   void truncate(int32_t blocks);
 

@@ -12,9 +12,9 @@ RetrievalIndex::Entry& RetrievalIndex::entry(SeqId seq) {
   return it->second;
 }
 
-void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified) {
-  if (!kv.tensors().holds_pool())
-    fail(ErrorCode::unsupported, "retrieval: the KV pool is on a device; block summaries are built on the CPU only");
+void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified, const KeySummariser& summarise) {
+  if (!summarise && !kv.tensors().holds_pool())
+    fail(ErrorCode::unsupported, "retrieval: the KV pool is on a device and no summariser was given");
   if (kv.host_blocks(seq) > 0)
     fail(ErrorCode::unsupported, "retrieval: sequence {} has K/V on the host tier (not supported yet)", seq);
   Entry& e = entry(seq);
@@ -22,6 +22,23 @@ void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified) {
   const int32_t full = std::min(verified, kv.length(seq)) / B;
   e.summaries.truncate(full);
   const std::span<const int32_t> table = kv.block_table(seq);
+  if (summarise) {
+    const int32_t first = e.summaries.blocks();
+    if (first >= full) return;
+    const auto n = static_cast<size_t>(full - first);
+    const auto d = static_cast<size_t>(shape_.kv_dim());
+    kmax_.resize(static_cast<size_t>(shape_.num_layers) * n * d);
+    kmin_.resize(kmax_.size());
+    summarise(table.subspan(static_cast<size_t>(first), n), kmax_.data(), kmin_.data());
+    for (size_t b = 0; b < n; ++b) {
+      for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
+        const size_t at = (static_cast<size_t>(layer) * n + b) * d;
+        e.summaries.add_layer_summary(layer, kmax_.data() + at, kmin_.data() + at);
+      }
+      e.summaries.finish_block();
+    }
+    return;
+  }
   const KvTensors& t = kv.tensors();
   for (int32_t b = e.summaries.blocks(); b < full; ++b) {
     const int64_t first_slot = static_cast<int64_t>(table[static_cast<size_t>(b)]) * B;

@@ -8,6 +8,7 @@
 /// `verified` length): K/V written by a partial round were computed over a partial view
 /// and are recomputed by the next full round, so a summary never holds them.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <vector>
@@ -17,14 +18,21 @@
 
 namespace specpipe {
 
+/// Summarises full pool blocks where the pool lives (a device model's pool: on the
+/// device, ForwardModel::key_summariser): for every layer l and block pool_blocks[b], the
+/// element-wise max and min of its keys into kmax / kmin ([layers][blocks][kv_dim] host
+/// floats).
+using KeySummariser = std::function<void(std::span<const int32_t> pool_blocks, float* kmax, float* kmin)>;
+
 class RetrievalIndex {
  public:
   explicit RetrievalIndex(SummaryShape shape) : shape_(shape) {}
 
-  /// Summarises the full blocks of `seq` below position `verified` not summarised yet,
-  /// reading their keys from the store's pool (host tensors). Blocks the sequence no
+  /// Summarises the full blocks of `seq` below position `verified` not summarised yet:
+  /// through `summarise` when given (a device pool: only the summaries cross to the
+  /// host), else from the keys in the store's host tensors. Blocks the sequence no
   /// longer reaches (it was truncated below them) are forgotten first.
-  void update(const KvStore& kv, SeqId seq, int32_t verified);
+  void update(const KvStore& kv, SeqId seq, int32_t verified, const KeySummariser& summarise = {});
   /// Re-selects `seq`'s retrieved blocks of `layer`: the top `k` by score for the
   /// window's query rows q ([n, num_heads * head_dim], row i at q + i * ld_q), blocks
   /// [first, last) only (outside the sink and the recent region).
@@ -54,6 +62,7 @@ class RetrievalIndex {
   SummaryShape shape_;
   std::map<SeqId, Entry> seqs_;
   std::vector<float> scores_;
+  std::vector<float> kmax_, kmin_;  // a device summariser's answer
   int64_t refreshes_ = 0;
 };
 

@@ -16,6 +16,13 @@
 
 namespace specpipe::cuda {
 
+/// Rows [first_row, first_row + n) of q go to host + layer * n * q_dim ([n, q_dim] per
+/// layer, pinned memory) after each layer's RoPE.
+struct QueryCopy {
+  int32_t first_row, n;
+  float* host;
+};
+
 /// One step's metadata on the device (pointers into the uploaded metadata buffer,
 /// forward_plan.h's layout) and where its argmax ids go.
 struct StepMeta {
@@ -51,6 +58,15 @@ struct StepSettings {
   /// Offload: the layer ring holding the host-tier K/V the block tables point into
   /// (ring_table_entry); each layer's attention reads its slot. Null: pool only.
   DeviceLayerRing* ring = nullptr;
+  /// SpecPV partial views (ForwardPlan::layer_windows; single-step forwards): layer l's
+  /// attention reads its windows at layer_meta + l * layer_stride and its block tables
+  /// layer_tables bytes further, instead of the step's win / bt. Null: win / bt.
+  const unsigned char* layer_meta = nullptr;
+  size_t layer_stride = 0, layer_tables = 0;
+  /// SpecPV retrieval (single-step forwards): windows whose query rows (RoPE applied) go
+  /// to the host in every layer, num_query_copies of them.
+  const QueryCopy* query_copies = nullptr;
+  int32_t num_query_copies = 0;
 };
 
 /// Enqueues one step of `m.total` rows on `stream`.

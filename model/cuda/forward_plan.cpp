@@ -34,7 +34,76 @@ void add_ring_blocks(const KvStore& kv, SeqId seq, std::span<int32_t> table,
   }
 }
 
+/// A window's partial view against its sequence (plan_forward's contract).
+void check_view(const PrefixView& v, SeqId seq, int32_t start, bool chain, const KvStore& kv, const ModelConfig& c) {
+  if (chain) fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain over a partial view (sequence {})", seq);
+  if (kv.host_blocks(seq) > 0)
+    fail(ErrorCode::unsupported, "CUDA forward: a partial view of sequence {}, whose oldest K/V are on the host tier",
+         seq);
+  const auto layers = static_cast<size_t>(c.num_layers);
+  if (v.pool_blocks.size() != layers || v.lengths.size() != layers)
+    fail(ErrorCode::invalid_argument, "CUDA forward: sequence {}'s partial view has {} / {} layers, the model {}", seq,
+         v.pool_blocks.size(), v.lengths.size(), layers);
+  const int32_t B = kv.config().block_size;
+  for (size_t l = 0; l < layers; ++l) {
+    const int32_t len = v.lengths[l];
+    if (len < 0 || len > start || static_cast<int64_t>(v.pool_blocks[l].size()) != (int64_t{len} + B - 1) / B)
+      fail(ErrorCode::invalid_argument,
+           "CUDA forward: sequence {}'s partial view of layer {}: {} tokens in {} blocks over a prefix of {}", seq, l,
+           len, v.pool_blocks[l].size(), start);
+    for (int32_t b : v.pool_blocks[l])
+      if (b < 0 || b >= kv.config().num_blocks)
+        fail(ErrorCode::invalid_argument, "CUDA forward: sequence {}'s partial view of layer {} names pool block {}",
+             seq, l, b);
+  }
+}
+
+/// Every layer's windows and tables of a forward with partial views (ForwardPlan::layer_windows).
+void plan_views(std::span<const ForwardWindow> windows, const KvStore& kv, const ModelConfig& c, ForwardPlan& p) {
+  const size_t nw = windows.size();
+  std::vector<int32_t> len(static_cast<size_t>(c.num_layers), 0);  // each layer's tables, all windows
+  for (const ForwardWindow& w : windows)
+    for (size_t l = 0; l < len.size(); ++l)
+      len[l] += static_cast<int32_t>(w.view ? w.view->pool_blocks[l].size() : kv.block_table(w.seq).size());
+  for (int32_t n : len) p.layer_table_len = std::max(p.layer_table_len, n);
+  p.layer_windows.resize(len.size() * nw);
+  p.layer_tables.assign(len.size() * static_cast<size_t>(p.layer_table_len), 0);
+  for (size_t l = 0; l < len.size(); ++l) {
+    int32_t at = 0;
+    for (size_t wi = 0; wi < nw; ++wi) {
+      const ForwardWindow& w = windows[wi];
+      const AttentionWindowDesc& all = p.attention.windows[wi];
+      const std::span<const int32_t> table =
+          w.view ? std::span<const int32_t>(w.view->pool_blocks[l]) : kv.block_table(w.seq);
+      // Without a view the window reads its whole prefix: [0, its start).
+      const int32_t prefix = w.view ? w.view->lengths[l] : p.positions[static_cast<size_t>(all.first_token)];
+      p.layer_windows[l * nw + wi] = {prefix, all.first_token, all.n, at};
+      std::copy(table.begin(), table.end(), p.layer_tables.begin() + static_cast<std::ptrdiff_t>(l) * p.layer_table_len + at);
+      at += static_cast<int32_t>(table.size());
+    }
+  }
+}
+
 }  // namespace
+
+size_t view_tables_offset(const ForwardPlan& p) { return align16(static_cast<size_t>(p.windows()) * sizeof(AttentionWindowDesc)); }
+
+size_t view_layer_bytes(const ForwardPlan& p) {
+  return view_tables_offset(p) + align16(static_cast<size_t>(p.layer_table_len) * 4);
+}
+
+void pack_view_meta(const ForwardPlan& p, int32_t num_layers, size_t stride, std::span<unsigned char> host) {
+  if (stride < view_layer_bytes(p) || host.size() < stride * static_cast<size_t>(num_layers))
+    fail(ErrorCode::invalid_argument, "CUDA forward: a view metadata buffer of {} bytes, {} layers of {} needed",
+         host.size(), num_layers, view_layer_bytes(p));
+  const auto nw = static_cast<size_t>(p.windows());
+  const auto tl = static_cast<size_t>(p.layer_table_len);
+  for (size_t l = 0; l < static_cast<size_t>(num_layers); ++l) {
+    unsigned char* at = host.data() + l * stride;
+    std::memcpy(at, p.layer_windows.data() + l * nw, nw * sizeof(AttentionWindowDesc));
+    if (tl > 0) std::memcpy(at + view_tables_offset(p), p.layer_tables.data() + l * tl, tl * 4);
+  }
+}
 
 size_t ForwardMetaLayout::chain_positions(int32_t step) const { return chain_slots(step) + align16(max_tokens * 8); }
 
@@ -84,10 +153,18 @@ ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, 
   std::vector<AttentionWindowSpec> specs;
   std::vector<int32_t> table_at;
   int32_t table_len = 0, chain_chunks = 0;
+  bool views = false;
   for (size_t wi = 0; wi < windows.size(); ++wi) {
     const ForwardWindow& w = windows[wi];
     const auto n = static_cast<int32_t>(w.tokens.size());
-    specs.push_back({starts[wi], n, table_len});
+    int32_t keys = starts[wi];  // the longest prefix any layer reads (the split-K grid)
+    if (w.view) {
+      keys = 0;
+      check_view(*w.view, w.seq, starts[wi], chain, kv, c);
+      for (int32_t len : w.view->lengths) keys = std::max(keys, len);
+      views = true;
+    }
+    specs.push_back({keys, n, table_len});
     table_at.push_back(table_len);
     table_len += static_cast<int32_t>(kv.block_table(w.seq).size());
     p.total_tokens += n;
@@ -137,6 +214,7 @@ ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, 
     p.shape.push_back(n);
     p.shape.push_back(rows);
   }
+  if (views) plan_views(windows, kv, c, p);
   for (int32_t s = 1; s < steps; ++s) {
     ChainStepPlan cs;
     for (size_t wi = 0; wi < nw; ++wi) {
@@ -159,6 +237,8 @@ std::vector<int32_t> graph_key(const ForwardPlan& plan, bool copy_logits, int32_
   key.push_back(plan.steps);
   key.push_back(plan.stage ? 1 : 0);
   key.push_back(timing_skip);
+  // Partial views: per-layer windows and tables from their own buffer (an odd-length key).
+  if (plan.views()) key.push_back(1);
   return key;
 }
 

@@ -103,8 +103,19 @@ struct ForwardPlan {
   /// The metadata bytes [0, upload_bytes) a forward uploads: up to the end of the used
   /// block tables. A chain also uploads [chain, chain + chain_bytes).
   size_t upload_bytes = 0;
+  /// SpecPV (ForwardWindow::view): when some window attends to a partial view of its
+  /// prefix, every layer's own attention windows and block tables (a view differs from
+  /// layer to layer); empty otherwise. Layer l's windows are layer_windows[l * windows(),
+  /// (l + 1) * windows()), its tables layer_tables[l * layer_table_len, ...): a view's
+  /// blocks in position order with prefix_len the view's length, a window without a view
+  /// its whole table. Attention gathers the view from the pool (view_meta_bytes layout).
+  std::vector<AttentionWindowDesc> layer_windows;
+  std::vector<int32_t> layer_tables;
+  int32_t layer_table_len = 0;
 
   int32_t windows() const { return static_cast<int32_t>(window_logit_rows.size()); }
+  /// Whether some window attends to a partial view (layer_windows).
+  bool views() const { return !layer_windows.empty(); }
   /// Whether the forward streams host-tier K/V through the layer ring.
   bool streams_host_kv() const { return !ring_host_blocks.empty(); }
   /// Argmax ids a forward hands back: one per window and step (chains), else per logits row.
@@ -118,9 +129,20 @@ struct ForwardPlan {
 /// the model (window_starts, with steps - 1 positions more for a chain), at most
 /// max_tokens tokens in all, and the block tables fit the metadata, and no greedy chain
 /// reads host-tier K/V (Error(unsupported): a chain's steps would each need the ring).
+/// A window's partial view (ForwardWindow::view) must give every layer a length in
+/// [0, start] and ceil(length / block_size) pool blocks, and is refused in chains and
+/// over host-tier K/V.
 /// `kv` is only read.
 ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, bool chain, bool stage,
                          const KvStore& kv, const ModelConfig& config, const ForwardGeometry& geometry);
+
+/// Bytes of one layer's part of a view forward's metadata (its windows, then its block
+/// tables at view_tables_offset, 16-byte aligned): the least per-layer stride for `plan`.
+size_t view_layer_bytes(const ForwardPlan& plan);
+size_t view_tables_offset(const ForwardPlan& plan);
+/// Writes a view forward's per-layer metadata into `host`, layer l at l * stride
+/// (stride >= view_layer_bytes; host holds num_layers strides).
+void pack_view_meta(const ForwardPlan& plan, int32_t num_layers, size_t stride, std::span<unsigned char> host);
 
 /// The key of the plan's CUDA graph: its shape, then what else changes the captured work
 /// (copy_logits, steps, stage, timing_skip).

@@ -295,5 +295,68 @@ TEST_F(ForwardPlanTest, RefusesWhatTheForwardCannotRun) {
   }
 }
 
+// SpecPV: a window with a partial view gets each layer's own attention window (the view's
+// length as its prefix) and block table (the view's blocks); a window without one in the
+// same forward reads its whole table in every layer. The packed bytes hold them layer by
+// layer; the graph key tells view forwards apart; bad views are refused.
+TEST_F(ForwardPlanTest, PartialViewsPlanEachLayersWindowsAndTables) {
+  const SeqId a = add(22, 25), b = add(9, 10);  // a: blocks 0-5 (the last holds 2 tokens)
+  const std::vector<int32_t> ta = table(a), tb = table(b);
+  PrefixView view;
+  view.pool_blocks = {{ta[0], ta[3], ta[5]}, {ta[0], ta[5]}};
+  view.lengths = {2 * kBlockSize + 2, kBlockSize + 2};
+  const std::vector<int32_t> wa{1, 2, 3}, wb{4};
+  ForwardWindow windows[2] = {{a, wa, LogitsMode::all}, {b, wb, LogitsMode::last}};
+  windows[0].view = &view;
+  const ForwardPlan p = plan(windows);
+  ASSERT_TRUE(p.views());
+  // Layer 0: a's 3 view blocks then b's table; layer 1: 2 view blocks then b's.
+  EXPECT_EQ(p.layer_table_len, 3 + static_cast<int32_t>(tb.size()));
+  ASSERT_EQ(p.layer_windows.size(), 4u);
+  EXPECT_EQ(p.layer_windows[0].prefix_len, 10);
+  EXPECT_EQ(p.layer_windows[0].block_table_offset, 0);
+  EXPECT_EQ(p.layer_windows[1].prefix_len, 9);  // b: its whole prefix
+  EXPECT_EQ(p.layer_windows[1].first_token, 3);
+  EXPECT_EQ(p.layer_windows[1].block_table_offset, 3);
+  EXPECT_EQ(p.layer_windows[2].prefix_len, 6);
+  EXPECT_EQ(p.layer_windows[3].block_table_offset, 2);
+  EXPECT_EQ(p.attention.max_chunks, 1);
+  std::vector<int32_t> l1(p.layer_tables.begin() + p.layer_table_len, p.layer_tables.begin() + p.layer_table_len + 2 +
+                                                                          static_cast<std::ptrdiff_t>(tb.size()));
+  std::vector<int32_t> want1{ta[0], ta[5]};
+  want1.insert(want1.end(), tb.begin(), tb.end());
+  EXPECT_EQ(l1, want1);
+  const size_t stride = view_layer_bytes(p) + 16;
+  std::vector<unsigned char> bytes(2 * stride);
+  pack_view_meta(p, 2, stride, bytes);
+  EXPECT_EQ(read<AttentionWindowDesc>(bytes, stride).prefix_len, 6);
+  EXPECT_EQ(read<int32_t>(bytes, stride + view_tables_offset(p) + 4), ta[5]);
+  ForwardWindow plain[2] = {{a, wa, LogitsMode::all}, {b, wb, LogitsMode::last}};
+  const ForwardPlan q = plan(plain);
+  EXPECT_FALSE(q.views());
+  EXPECT_EQ(graph_key(p, true, 0).size(), graph_key(q, true, 0).size() + 1);
+
+  // Refused: layers missing, a length its blocks do not hold, one past the prefix, a
+  // block outside the pool, a chain.
+  auto refused = [&](const PrefixView& v, int32_t steps = 1, bool chain = false) {
+    ForwardWindow w{a, wa, LogitsMode::all};
+    w.view = &v;
+    return code_of([&] { plan({&w, 1}, steps, chain); });
+  };
+  PrefixView bad = view;
+  bad.lengths.pop_back();
+  EXPECT_EQ(refused(bad), ErrorCode::invalid_argument);
+  bad = view;
+  bad.lengths[1] = 2 * kBlockSize + 1;
+  EXPECT_EQ(refused(bad), ErrorCode::invalid_argument);
+  bad.pool_blocks = {table(a), table(a)};
+  bad.lengths = {23, 23};
+  EXPECT_EQ(refused(bad), ErrorCode::invalid_argument);
+  bad = view;
+  bad.pool_blocks[0][1] = kBlocks;
+  EXPECT_EQ(refused(bad), ErrorCode::invalid_argument);
+  EXPECT_EQ(refused(view, 1, true), ErrorCode::invalid_argument);
+}
+
 }  // namespace
 }  // namespace specpipe::cuda

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "kvstore/block_summaries.h"
@@ -142,6 +143,62 @@ TEST(RetrievalIndex, SummarisesVerifiedFullBlocksFromThePool) {
   kv.release(seq);
   index.forget_all_but(kv);
   EXPECT_EQ(index.summarised_blocks(seq), 0);
+}
+
+// A device pool's path (ForwardModel::key_summariser): the summariser is asked only for
+// the newly full, verified blocks, by pool block id, all layers at once, and its answer
+// gives the same summaries as the keys read from the pool.
+TEST(RetrievalIndex, SummariserAnswersEqualThePoolsKeys) {
+  KvStoreConfig c;
+  c.num_layers = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 4;
+  c.block_size = 4;
+  c.num_blocks = 16;
+  c.prefix_cache = false;
+  KvStore kv(c);
+  const SeqId other = kv.add_sequence({});  // its block first: pool ids differ from indices
+  kv.reserve(other, 4);
+  const SeqId seq = kv.add_sequence({});
+  kv.reserve(seq, 14);
+  const auto keys = random_floats(static_cast<size_t>(c.num_blocks * 4 * 4), 3);
+  for (int32_t l = 0; l < 2; ++l)
+    for (size_t i = 0; i < keys.size(); ++i) kv.tensors().k(l)[i] = keys[i] + static_cast<float>(l);
+  kv.commit(seq, std::vector<int32_t>(14));
+  std::vector<std::vector<int32_t>> asked;
+  const KeySummariser summarise = [&](std::span<const int32_t> blocks, float* kmax, float* kmin) {
+    asked.emplace_back(blocks.begin(), blocks.end());
+    BlockSummaries s({2, 1, 4, 4});
+    for (int32_t b : blocks) {
+      for (int32_t l = 0; l < 2; ++l) s.add_layer_block(l, kv.tensors().k(l) + b * 16, 4);
+      s.finish_block();
+    }
+    const auto n = static_cast<int64_t>(blocks.size());
+    for (int32_t l = 0; l < 2; ++l)
+      for (int32_t b = 0; b < n; ++b)
+        for (int32_t i = 0; i < 4; ++i) {
+          kmax[(l * n + b) * 4 + i] = s.kmax(l, b)[i];
+          kmin[(l * n + b) * 4 + i] = s.kmin(l, b)[i];
+        }
+  };
+  RetrievalIndex device({2, 1, 4, 4}), host({2, 1, 4, 4});
+  device.update(kv, seq, 5, summarise);
+  device.update(kv, seq, 14, summarise);
+  host.update(kv, seq, 14);
+  const auto table = kv.block_table(seq);
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[0], (std::vector<int32_t>{table[0]}));
+  EXPECT_EQ(asked[1], (std::vector<int32_t>{table[1], table[2]}));
+  ASSERT_EQ(device.summarised_blocks(seq), 3);
+  const std::vector<float> q{1, -1, 0.5f, 2};
+  for (int32_t l = 0; l < 2; ++l) {
+    device.select(seq, l, q.data(), 1, 4, 1, 2, 0, 3);
+    host.select(seq, l, q.data(), 1, 4, 1, 2, 0, 3);
+    EXPECT_EQ(std::vector<int32_t>(device.retrieved(seq, l).begin(), device.retrieved(seq, l).end()),
+              std::vector<int32_t>(host.retrieved(seq, l).begin(), host.retrieved(seq, l).end()));
+  }
+  device.update(kv, seq, 14, summarise);  // nothing new: not asked again
+  EXPECT_EQ(asked.size(), 2u);
 }
 
 }  // namespace
