@@ -9,6 +9,7 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "server/curve_keys.h"
 
 namespace specpipe::app {
 namespace {
@@ -25,6 +26,7 @@ struct ClientOptions {
   std::vector<std::string> stop;
   bool no_stream = false, ignore_eos = false, json_out = false;
   int timeout_ms = 120000;
+  server::ClientCurve curve;
 };
 
 nlohmann::json build_request(const ClientOptions& o) {
@@ -58,11 +60,15 @@ int run_client(const ClientOptions& o) {
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::rcvtimeo, o.timeout_ms);
+  server::apply_client_curve(socket, o.curve);
   socket.connect(o.endpoint);
   socket.send(zmq::buffer(build_request(o).dump()), zmq::send_flags::none);
   for (;;) {
     zmq::message_t msg;
-    if (!socket.recv(msg)) fail(ErrorCode::io, "no reply from {} within {} ms", o.endpoint, o.timeout_ms);
+    if (!socket.recv(msg))
+      fail(ErrorCode::io, "no reply from {} within {} ms{}", o.endpoint, o.timeout_ms,
+           o.curve.enabled() ? " (a CURVE server that does not know this client's key never answers)"
+                             : " (a CURVE server never answers a client without keys)");
     const auto reply = nlohmann::json::parse(msg.to_string());
     const std::string type = reply.value("type", "");
     if (o.json_out) std::printf("%s\n", reply.dump().c_str());
@@ -112,6 +118,10 @@ Runner add_client_command(CLI::App& app) {
   cmd->add_flag("--no-stream", o->no_stream, "wait for the final message instead of streaming");
   cmd->add_flag("--json", o->json_out, "print every reply as JSON");
   cmd->add_option("--timeout-ms", o->timeout_ms, "give up after this long without a reply")->capture_default_str();
+  cmd->add_option("--curve-server-key", o->curve.server_public_key,
+                  "CURVE: the server's public key, a .pub file or a Z85 key");
+  cmd->add_option("--curve-secret-key", o->curve.secret_key,
+                  "CURVE: this client's secret key, a .key file from `specpipe keygen` or a Z85 key");
   return [o] { return run_client(*o); };
 }
 

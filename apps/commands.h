@@ -15,5 +15,6 @@ Runner add_bench_command(CLI::App& app);
 Runner add_validate_config_command(CLI::App& app);
 Runner add_serve_command(CLI::App& app);
 Runner add_client_command(CLI::App& app);
+Runner add_keygen_command(CLI::App& app);
 
 }  // namespace specpipe::app

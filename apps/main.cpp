@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(specpipe::app::add_validate_config_command, "validate-config");
   add(specpipe::app::add_serve_command, "serve");
   add(specpipe::app::add_client_command, "client");
+  add(specpipe::app::add_keygen_command, "keygen");
 
   CLI11_PARSE(app, argc, argv);
   try {

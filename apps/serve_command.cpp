@@ -8,12 +8,15 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "actors/engine.h"
 #include "apps/commands.h"
 #include "apps/pipeline_options.h"
 #include "core/error.h"
+#include "server/bind_policy.h"
 #include "server/endpoint.h"
 #include "server/http/gateway.h"
 
@@ -36,10 +39,26 @@ void wait_for_signal() {
   }
 }
 
-int run_serve(const PipelineOptions& opts, const std::string& endpoint, const std::string& http, bool http_only) {
+/// Security options of `serve`; each given one wins over the config's server section.
+struct SecurityOptions {
+  std::string curve_secret_key;
+  std::vector<std::string> curve_allow;
+  bool allow_insecure = false;
+};
+
+int run_serve(const PipelineOptions& opts, const std::string& endpoint, const std::string& http, bool http_only,
+              const SecurityOptions& security) {
   PipelineConfig config = opts.config();
   if (!endpoint.empty()) config.server.endpoint = endpoint;
   if (!http.empty()) config.server.http = http;
+  if (!security.curve_secret_key.empty()) config.server.curve.secret_key = security.curve_secret_key;
+  if (!security.curve_allow.empty()) config.server.curve.allowed_clients = security.curve_allow;
+  if (config.server.curve.enabled() != !config.server.curve.allowed_clients.empty())
+    fail(ErrorCode::invalid_argument, "CURVE needs both the server's secret key (--curve-secret-key or "
+                                      "server.curve.secret_key) and the allowed client keys (--curve-allow or "
+                                      "server.curve.allowed_clients)");
+  if (security.allow_insecure) config.server.allow_insecure = true;
+  if (!http_only) server::check_endpoint_bind_policy(config.server);  // before minutes of model loading
   if (http_only && config.server.http.empty()) fail(ErrorCode::invalid_argument, "--http-only needs --http ADDR (or server.http)");
   apply_process_settings(config);
   if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) fail(ErrorCode::io, "serve: cannot create a pipe");
@@ -54,8 +73,9 @@ int run_serve(const PipelineOptions& opts, const std::string& endpoint, const st
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  std::printf("specpipe: serving %s on %s%s%s (drafter %s, gamma %d)\n", config.models.target.c_str(),
-              zmq_server ? zmq_server->address().c_str() : "", zmq_server && gateway ? " and " : "",
+  std::printf("specpipe: serving %s on %s%s%s%s (drafter %s, gamma %d)\n", config.models.target.c_str(),
+              zmq_server ? zmq_server->address().c_str() : "",
+              zmq_server && config.server.curve.enabled() ? " (CURVE)" : "", zmq_server && gateway ? " and " : "",
               gateway ? ("http://" + gateway->address()).c_str() : "", to_string(config.drafter.type), config.drafter.gamma);
   std::fflush(stdout);
   const auto grace = std::chrono::milliseconds(config.server.shutdown_grace_ms);
@@ -84,13 +104,22 @@ Runner add_serve_command(CLI::App& app) {
   auto endpoint = std::make_shared<std::string>();
   auto http = std::make_shared<std::string>();
   auto http_only = std::make_shared<bool>(false);
+  auto security = std::make_shared<SecurityOptions>();
   CLI::App* cmd = app.add_subcommand(
       "serve", "serve the pipeline on a ZeroMQ ROUTER socket (docs/PROTOCOL.md) and/or HTTP (docs/HTTP.md)");
   opts->add_to(*cmd);
   cmd->add_option("--endpoint", *endpoint, "ZeroMQ bind address, e.g. tcp://127.0.0.1:5555 (default: the config's)");
   cmd->add_option("--http", *http, "also serve the OpenAI-style HTTP API on HOST:PORT, e.g. 127.0.0.1:8000 (server.http)");
   cmd->add_flag("--http-only", *http_only, "serve HTTP only: no ZeroMQ socket");
-  return [opts, endpoint, http, http_only] { return run_serve(*opts, *endpoint, *http, *http_only); };
+  cmd->add_option("--curve-secret-key", security->curve_secret_key,
+                  "CURVE: the server's secret key, a file from `specpipe keygen` or a Z85 key (server.curve.secret_key)");
+  cmd->add_option("--curve-allow", security->curve_allow,
+                  "CURVE: a client public key admitted, file or Z85 key; repeatable (server.curve.allowed_clients)");
+  cmd->add_flag("--allow-insecure", security->allow_insecure,
+                "serve a non-loopback address without authentication (server.allow_insecure)");
+  return [opts, endpoint, http, http_only, security] {
+    return run_serve(*opts, *endpoint, *http, *http_only, *security);
+  };
 }
 
 }  // namespace specpipe::app

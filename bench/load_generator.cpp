@@ -5,7 +5,8 @@
 // time to first token and inter-token latency (p50/p99) for plain and speculative
 // decoding at each concurrency and transport; with several transports they alternate on
 // the same engine. Run: build/bench/load_generator [--clients 1,8,32] [--transport
-// zmq,http] (docs/BENCHMARKS.md).
+// zmq,http] [--curve] (docs/BENCHMARKS.md). --curve: the ZeroMQ endpoint with CURVE, each
+// client with its own key pair.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,6 +23,7 @@
 #include "bench/load_samples.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/load_model.h"
+#include "server/curve_keys.h"
 #include "server/endpoint.h"
 #include "server/http/gateway.h"
 
@@ -39,11 +41,12 @@ double percentile(std::vector<double> v, double p) {
 }
 
 /// One client: `count` streaming requests, one after another.
-void client(zmq::context_t& ctx, const std::string& address, const std::vector<std::vector<int32_t>>& prompts,
-            int index, int count, int max_tokens, Samples& out) {
+void client(zmq::context_t& ctx, const std::string& address, const specpipe::server::ClientCurve& curve,
+            const std::vector<std::vector<int32_t>>& prompts, int index, int count, int max_tokens, Samples& out) {
   zmq::socket_t socket(ctx, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::rcvtimeo, 300000);
+  specpipe::server::apply_client_curve(socket, curve);
   socket.connect(address);
   std::vector<double> ttft, itl;
   int64_t tokens = 0, done = 0, errors = 0;
@@ -84,8 +87,18 @@ double process_cpu_seconds() {
          static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-json run_level(const std::string& transport, const std::string& address, const std::vector<std::vector<int32_t>>& prompts,
-               int clients, int per_client, int max_tokens) {
+/// Keys of a CURVE run: the server's pair and one per client (empty: no CURVE).
+struct CurveKeys {
+  specpipe::server::CurveKeyPair server;
+  std::vector<specpipe::server::CurveKeyPair> clients;
+  specpipe::server::ClientCurve for_client(int c) const {
+    if (clients.empty()) return {};
+    return {server.public_key, clients[static_cast<size_t>(c) % clients.size()].secret_key};
+  }
+};
+
+json run_level(const std::string& transport, const std::string& address, const CurveKeys& keys,
+               const std::vector<std::vector<int32_t>>& prompts, int clients, int per_client, int max_tokens) {
   zmq::context_t ctx(1);
   Samples s;
   const double cpu0 = process_cpu_seconds();
@@ -94,7 +107,7 @@ json run_level(const std::string& transport, const std::string& address, const s
   for (int c = 0; c < clients; ++c)
     threads.emplace_back([&, c] {
       if (transport == "http") specpipe::bench::http_client(address, prompts, c, per_client, max_tokens, s);
-      else client(ctx, address, prompts, c, per_client, max_tokens, s);
+      else client(ctx, address, keys.for_client(c), prompts, c, per_client, max_tokens, s);
     });
   for (auto& t : threads) t.join();
   const double seconds = ms_since(t0, Clock::now()) / 1000.0;
@@ -129,7 +142,7 @@ int main(int argc, char** argv) {
   std::vector<int> levels = {1, 8, 32};
   std::vector<std::string> transports = {"zmq"};
   int requests_per_client = 4, max_tokens = 64, gamma = 4, repeat = 1;
-  bool plain = true;
+  bool plain = true, curve = false;
   std::string prompts_file = std::string(SPECPIPE_SOURCE_DIR) + "/bench/prompts/public.jsonl";
   std::string json_out;
   app.add_option("--clients", levels, "concurrency levels")->delimiter(',')->capture_default_str();
@@ -144,9 +157,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--repeat", repeat, "runs of each transport per level, alternating")->capture_default_str();
   app.add_option("--plain", plain, "also run plain decoding (false: speculative only)")->capture_default_str();
+  app.add_flag("--curve", curve, "ZeroMQ with CURVE authentication, a key pair per client");
   CLI11_PARSE(app, argc, argv);
 
   const auto prompts = load_prompts(prompts_file);
+  CurveKeys keys;
+  if (curve) {
+    keys.server = specpipe::server::make_curve_key_pair();
+    for (int c = 0; c < *std::max_element(levels.begin(), levels.end()); ++c)
+      keys.clients.push_back(specpipe::server::make_curve_key_pair());
+  }
   json report = json::array();
   std::printf("%-12s %-5s %7s %9s %10s %10s %10s %10s %10s %10s\n", "mode", "via", "clients", "CPU us/tok", "req/s", "tok/s", "TTFT p50", "TTFT p99",
               "ITL p50", "ITL p99");
@@ -159,6 +179,10 @@ int main(int argc, char** argv) {
     config.server.endpoint = "tcp://127.0.0.1:*";
     config.server.max_inflight = 1024;
     config.server.http = "127.0.0.1:0";
+    if (curve) {
+      config.server.curve.secret_key = keys.server.secret_key;
+      for (const auto& k : keys.clients) config.server.curve.allowed_clients.push_back(k.public_key);
+    }
     specpipe::actors::Engine engine(config);
     specpipe::server::Endpoint endpoint(engine, config);
     specpipe::server::http::Gateway gateway(engine, config);
@@ -166,15 +190,15 @@ int main(int argc, char** argv) {
     // Warm-up, not reported: the first requests of an engine pay page faults, thread
     // start-up and cold caches, which would favour whichever transport runs second.
     for (const std::string& via : transports)
-      run_level(via, via == "http" ? gateway.address() : endpoint.address(), prompts,
+      run_level(via, via == "http" ? gateway.address() : endpoint.address(), keys, prompts,
                 *std::max_element(levels.begin(), levels.end()), 1, max_tokens);
     for (int level : levels)
       for (int rep = 0; rep < repeat; ++rep)
         for (const std::string& via : transports) {
-          json r = run_level(via, via == "http" ? gateway.address() : endpoint.address(), prompts, level,
+          json r = run_level(via, via == "http" ? gateway.address() : endpoint.address(), keys, prompts, level,
                              requests_per_client, max_tokens);
           r["mode"] = speculative ? fmt::format("spec g{}", gamma) : "plain";
-          r["transport"] = via;
+          r["transport"] = via == "zmq" && curve ? "zmq+curve" : via;
           std::printf("%-12s %-5s %7d %10.1f %9.2f %10.1f %9.1fms %9.1fms %9.2fms %9.2fms%s\n",
                       r["mode"].get<std::string>().c_str(), via.c_str(), level, r["cpu_us_per_token"].get<double>(),
                       r["requests_per_s"].get<double>(),

@@ -82,10 +82,34 @@ struct SchedulerSection {
   int32_t actor_threads = 1;   ///< CAF scheduler threads
 };
 
+/// CURVE authentication of the ZeroMQ endpoint (docs/PROTOCOL.md, "Security"). Each
+/// value is a Z85 key (40 characters) or the path of a key file `specpipe keygen` wrote
+/// (relative paths resolved against the config file's directory when read from YAML).
+/// True when `value` is written as a key (40 characters of the Z85 alphabet) rather than
+/// as a key file's path.
+inline bool is_inline_curve_key(std::string_view value) {
+  constexpr std::string_view kZ85 =
+      "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+  return value.size() == 40 && value.find_first_not_of(kZ85) == std::string_view::npos;
+}
+
+struct CurveConfig {
+  std::string secret_key;                    ///< the server's secret key; empty = CURVE off
+  std::vector<std::string> allowed_clients;  ///< public keys admitted (at least one with CURVE)
+  bool enabled() const { return !secret_key.empty(); }
+};
+
 struct ServerConfig {
   std::string endpoint = "tcp://127.0.0.1:5555";  ///< ZeroMQ ROUTER bind address
   int64_t max_message_bytes = 1 << 20;  ///< larger requests get a too_large error
   int32_t max_inflight = 256;           ///< requests in the pipeline before "overloaded"
+  /// Generate requests one client may have in flight before "client_limit": a client is
+  /// its CURVE public key (all its connections), else its connection.
+  int32_t max_inflight_per_client = 64;
+  CurveConfig curve;
+  /// Serve a non-loopback address without authentication (ZeroMQ without CURVE, or the
+  /// HTTP gateway); otherwise such a bind is refused.
+  bool allow_insecure = false;
   int32_t shutdown_grace_ms = 5000;     ///< SIGINT/SIGTERM: time in-flight requests get to finish
   /// The OpenAI-style HTTP gateway's bind address, "HOST:PORT" (port 0 picks a free one);
   /// empty: no gateway (docs/HTTP.md).

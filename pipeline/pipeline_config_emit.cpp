@@ -111,9 +111,22 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   server.put("endpoint", c.server.endpoint);
   server.put("max_message_bytes", c.server.max_message_bytes);
   server.put("max_inflight", c.server.max_inflight);
+  server.put("max_inflight_per_client", c.server.max_inflight_per_client);
   server.put("shutdown_grace_ms", c.server.shutdown_grace_ms);
   if (!c.server.http.empty()) server.put("http", c.server.http);  // absent = off (an empty string is refused)
   server.put("http_timeout_ms", c.server.http_timeout_ms);
+  if (c.server.curve.enabled()) {  // absent = off
+    MapWriter curve = server.begin("curve");
+    // A secret written inline stays out of what is printed (validate-config's output
+    // lands in terminals and logs); a key file's path is shown.
+    const std::string& secret = c.server.curve.secret_key;
+    curve.put("secret_key", is_inline_curve_key(secret) ? std::string("(inline secret key, not shown)") : secret);
+    out << YAML::Key << "allowed_clients" << YAML::Value << YAML::BeginSeq;
+    for (const std::string& key : c.server.curve.allowed_clients) out << YAML::DoubleQuoted << key;
+    out << YAML::EndSeq;
+    curve.end();
+  }
+  server.put("allow_insecure", c.server.allow_insecure);
   server.end();
   MapWriter defaults = top.begin("defaults");
   defaults.put("max_tokens", c.defaults.max_tokens);

@@ -181,9 +181,43 @@ bool is_http_bind_address(const std::string& a) {
          std::stoi(port) <= 65535;
 }
 
-void read_server(const Section& top, ServerConfig& c) {
-  const Section s =
-      top.child("server", {"endpoint", "max_message_bytes", "max_inflight", "shutdown_grace_ms", "http", "http_timeout_ms"});
+/// A CURVE key as configured: 40 characters of the Z85 alphabet (the key itself), else
+/// the path of a key file, which must exist (resolved against the config file's
+/// directory). The key's bytes are checked where they are used (server/curve_keys.h).
+std::string read_curve_key(const Section& s, std::string_view key, std::string value,
+                           const std::optional<fs::path>& config_dir) {
+  if (is_inline_curve_key(value)) return value;
+  fs::path path(value);
+  if (config_dir && path.is_relative()) path = (*config_dir / path).lexically_normal();
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    s.fail(key, fmt::format("\"{}\" is neither a 40-character Z85 key nor a key file (specpipe keygen writes them)",
+                            value));
+  return path.string();
+}
+
+/// server.curve: {secret_key: KEY|FILE, allowed_clients: [KEY|FILE, ...]}
+void read_curve(const Section& server, const YAML::Node& root, CurveConfig& c,
+                const std::optional<fs::path>& config_dir) {
+  const Section s = server.child("curve", {"secret_key", "allowed_clients"});
+  if (!s.has("secret_key") && !s.has("allowed_clients")) return;
+  std::string secret;
+  s.read("secret_key", secret);
+  if (secret.empty()) s.fail("secret_key", "missing: CURVE needs the server's secret key");
+  c.secret_key = read_curve_key(s, "secret_key", secret, config_dir);
+  const YAML::Node list = root["server"]["curve"]["allowed_clients"];
+  if (!list.IsDefined() || list.IsNull() || !list.IsSequence() || list.size() == 0)
+    s.fail("allowed_clients", "expected a non-empty list of client public keys (Z85 keys or .pub files)");
+  for (const YAML::Node& item : list) {
+    if (!item.IsScalar() || item.Scalar().empty()) s.fail("allowed_clients", "every entry must be a key or a file");
+    c.allowed_clients.push_back(read_curve_key(s, "allowed_clients", item.Scalar(), config_dir));
+  }
+}
+
+void read_server(const Section& top, const YAML::Node& root, ServerConfig& c,
+                 const std::optional<fs::path>& config_dir) {
+  const Section s = top.child("server", {"endpoint", "max_message_bytes", "max_inflight", "max_inflight_per_client",
+                                         "shutdown_grace_ms", "http", "http_timeout_ms", "curve", "allow_insecure"});
   s.read("endpoint", c.endpoint);
   bool known_transport = false;
   for (const std::string_view scheme : {"tcp://", "ipc://", "inproc://"})
@@ -193,11 +227,14 @@ void read_server(const Section& top, ServerConfig& c) {
                                    c.endpoint));
   s.read("max_message_bytes", c.max_message_bytes, IntRange{256, int64_t{1} << 30});
   s.read("max_inflight", c.max_inflight, IntRange{1, kMillion});
+  s.read("max_inflight_per_client", c.max_inflight_per_client, IntRange{1, kMillion});
   s.read("shutdown_grace_ms", c.shutdown_grace_ms, IntRange{0, 600'000});
   s.read("http", c.http);
   if (!c.http.empty() && !is_http_bind_address(c.http))
     s.fail("http", fmt::format("\"{}\" is not HOST:PORT (e.g. 127.0.0.1:8000; port 0 picks a free one)", c.http));
   s.read("http_timeout_ms", c.http_timeout_ms, IntRange{100, 600'000});
+  read_curve(s, root, c.curve, config_dir);
+  s.read("allow_insecure", c.allow_insecure);
 }
 
 void read_defaults(const Section& top, RequestDefaults& c) {
@@ -260,7 +297,7 @@ PipelineConfig read_document(const YAML::Node& root, std::string_view source,
   c.plugins = read_plugins(top, root, config_dir);
   read_slots(top, c.drafter, c.slots, c.plugins);
   read_scheduler(top, c.scheduler);
-  read_server(top, c.server);
+  read_server(top, root, c.server, config_dir);
   read_defaults(top, c.defaults);
   top.child("logging", {"level"}).read_choice("level", c.log_level,
                                               {"trace", "debug", "info", "warn", "error", "off"});

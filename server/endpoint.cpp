@@ -5,16 +5,36 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
+#include <set>
 #include <zmq.hpp>
 
 #include "core/error.h"
 #include "server/admission.h"
+#include "server/bind_policy.h"
+#include "server/curve_keys.h"
+#include "server/handshake_monitor.h"
 #include "server/protocol.h"
+#include "server/zap_handler.h"
 
 namespace specpipe::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// The ZAP handler that admits `curve.allowed_clients`, after checking this libzmq can do
+/// CURVE; made before the ROUTER socket binds.
+std::unique_ptr<ZapHandler> make_zap_handler(zmq::context_t& context, const CurveConfig& curve) {
+  if (!curve.enabled()) return nullptr;
+  if (!curve_available())
+    fail(ErrorCode::unsupported, "server.curve: this libzmq was built without CURVE (zmq_has(\"curve\") is 0)");
+  std::set<std::string> allowed;
+  for (size_t i = 0; i < curve.allowed_clients.size(); ++i)
+    allowed.insert(load_curve_key(curve.allowed_clients[i], KeyKind::public_key,
+                                  fmt::format("server.curve.allowed_clients[{}]", i)));
+  if (allowed.empty()) fail(ErrorCode::invalid_argument, "server.curve.allowed_clients: no key given: no client could connect");
+  return std::make_unique<ZapHandler>(context, std::move(allowed));
+}
 
 }  // namespace
 
@@ -33,7 +53,9 @@ struct Endpoint::Impl {
   actors::Engine& engine;
   PipelineConfig config;
   zmq::context_t context{1};
+  std::unique_ptr<ZapHandler> zap;  // CURVE only; bound before `socket` exists
   zmq::socket_t socket{context, zmq::socket_type::router};
+  HandshakeMonitor handshakes{context, socket};
   int wake_fd = -1;
   std::atomic<bool> stop_requested{false};
 
@@ -44,13 +66,24 @@ struct Endpoint::Impl {
   struct Inflight {
     RequestId engine_id;
     bool delimiter;
+    std::string client;  // whose per-client count it holds (client_of)
     bool cancelled = false;
   };
   std::map<std::pair<std::string, std::string>, Inflight> inflight;
+  /// Generate requests in flight per client (server.max_inflight_per_client).
+  std::map<std::string, int32_t> per_client;
+  int64_t client_limit_refusals = 0;
 
-  Impl(actors::Engine& e, const PipelineConfig& c) : engine(e), config(c) {
+  Impl(actors::Engine& e, const PipelineConfig& c)
+      : engine(e), config(c), zap(make_zap_handler(context, c.server.curve)) {
     wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd < 0) fail(ErrorCode::io, "endpoint: cannot create an eventfd");
+    if (zap) {
+      socket.set(zmq::sockopt::curve_server, 1);
+      socket.set(zmq::sockopt::curve_secretkey,
+                 load_curve_key(c.server.curve.secret_key, KeyKind::secret_key, "server.curve.secret_key"));
+      socket.set(zmq::sockopt::zap_domain, "specpipe");
+    }
     socket.set(zmq::sockopt::router_mandatory, 1);  // sends to a vanished peer fail: we cancel
     socket.set(zmq::sockopt::linger, 0);
     socket.set(zmq::sockopt::heartbeat_ivl, 1000);
@@ -106,15 +139,39 @@ struct Endpoint::Impl {
     }
     for (Outgoing& o : batch) {
       if (!send(o.peer, o.delimiter, o.payload)) peer_gone(o.peer);
-      if (o.final) inflight.erase({o.peer, o.request});
+      if (o.final) finished(o.peer, o.request);
     }
+  }
+
+  void finished(const std::string& peer, const std::string& request) {
+    auto it = inflight.find({peer, request});
+    if (it == inflight.end()) return;
+    auto count = per_client.find(it->second.client);
+    if (count != per_client.end() && --count->second == 0) per_client.erase(count);
+    inflight.erase(it);
+  }
+
+  /// Who a message is from, for per-client limits: with CURVE the public key the ZAP
+  /// handler admitted (every connection of one key counts together), else the connection.
+  std::string client_of(const std::string& peer, const zmq::message_t& payload) const {
+    if (!zap) return peer;
+    const char* key = zmq_msg_gets(payload.handle(), "User-Id");
+    return key ? std::string("curve:") + key : peer;
+  }
+
+  nlohmann::json security_json() const {
+    return {{"curve", zap != nullptr},
+            {"handshakes_succeeded", handshakes.succeeded()},
+            {"refused_keys", zap ? zap->refused() : 0},
+            {"failed_handshakes", handshakes.failed_protocol() + handshakes.failed_other()},
+            {"client_limit_refusals", client_limit_refusals}};
   }
 
   void reply(const std::string& peer, bool delimiter, const std::string& payload) {
     if (!send(peer, delimiter, payload)) peer_gone(peer);
   }
 
-  void handle(const std::string& peer, bool delimiter, std::string_view bytes) {
+  void handle(const std::string& peer, const std::string& client, bool delimiter, std::string_view bytes) {
     auto parsed = parse_request(bytes, config.defaults, static_cast<size_t>(config.server.max_message_bytes));
     if (auto* rej = std::get_if<Rejection>(&parsed)) return reply(peer, delimiter, error_reply(rej->id, rej->code, rej->message));
     Request& r = std::get<Request>(parsed);
@@ -130,7 +187,7 @@ struct Endpoint::Impl {
         nlohmann::json j = {{"v", kProtocolVersion}, {"id", r.id}, {"type", "stats"},
                             {"stats", stats_json(engine.stats())}, {"kv", kv_json(engine.kv_occupancy())},
                             {"draft_kv", kv_json(engine.draft_kv_occupancy())}, {"inflight", inflight.size()},
-                            {"strategies", engine.strategy_metrics()}};
+                            {"strategies", engine.strategy_metrics()}, {"security", security_json()}};
         return reply(peer, delimiter, j.dump());
       }
       case RequestType::cancel: {
@@ -141,14 +198,23 @@ struct Endpoint::Impl {
         engine.cancel(it->second.engine_id);
         return reply(peer, delimiter, cancelled_reply(r.id, r.target));
       }
-      case RequestType::generate: return generate(peer, delimiter, r);
+      case RequestType::generate: return generate(peer, client, delimiter, r);
     }
   }
 
-  void generate(const std::string& peer, bool delimiter, Request& r) {
+  void generate(const std::string& peer, const std::string& client, bool delimiter, Request& r) {
     if (stop_requested) return reply(peer, delimiter, error_reply(r.id, "shutting_down", "the server is shutting down"));
     if (inflight.count({peer, r.id}))
       return reply(peer, delimiter, error_reply(r.id, "duplicate_id", fmt::format("request '{}' is already in flight", r.id)));
+    // Before the global limit: one client at its share is told so, not that the server is full.
+    if (auto it = per_client.find(client); it != per_client.end() && it->second >= config.server.max_inflight_per_client) {
+      ++client_limit_refusals;
+      return reply(peer, delimiter,
+                   error_reply(r.id, "client_limit",
+                               fmt::format("this client has {} requests in flight (server.max_inflight_per_client); "
+                                           "retry when one ends",
+                                           it->second)));
+    }
     if (static_cast<int32_t>(inflight.size()) >= config.server.max_inflight)
       return reply(peer, delimiter, error_reply(r.id, "overloaded",
                                                 fmt::format("{} requests in flight; retry later", inflight.size())));
@@ -162,7 +228,8 @@ struct Endpoint::Impl {
           else if (stream && !d.text.empty()) post({peer, delimiter, id, delta_reply(id, d), false});
         },
         [this, peer, delimiter, id](const actors::Completion& c) { post({peer, delimiter, id, final_reply(id, c), true}); });
-    inflight[{peer, id}] = {0, delimiter};
+    inflight[{peer, id}] = {0, delimiter, client};
+    ++per_client[client];
     inflight[{peer, id}].engine_id = engine.submit(std::move(r.spec), sink);
   }
 
@@ -183,13 +250,15 @@ struct Endpoint::Impl {
       const std::string peer = frames[0].to_string();
       const bool delimiter = frames.size() >= 3 && frames[1].size() == 0;
       const zmq::message_t& payload = frames.back();
-      handle(peer, delimiter, std::string_view(static_cast<const char*>(payload.data()), payload.size()));
+      handle(peer, client_of(peer, payload), delimiter,
+             std::string_view(static_cast<const char*>(payload.data()), payload.size()));
     }
   }
 };
 
-Endpoint::Endpoint(actors::Engine& engine, const PipelineConfig& config)
-    : impl_(std::make_unique<Impl>(engine, config)) {
+Endpoint::Endpoint(actors::Engine& engine, const PipelineConfig& config) {
+  check_endpoint_bind_policy(config.server);
+  impl_ = std::make_unique<Impl>(engine, config);
   try {
     impl_->socket.bind(config.server.endpoint);
   } catch (const zmq::error_t& e) {
@@ -210,9 +279,15 @@ void Endpoint::run() {
   std::optional<Clock::time_point> deadline;
   bool cancelled_all = false;
   for (;;) {
-    zmq::pollitem_t items[] = {{m.socket.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, m.wake_fd, ZMQ_POLLIN, 0}};
+    // The ZAP handler (CURVE) last: the poll watches only the sockets that exist.
+    zmq::pollitem_t items[] = {{m.socket.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, m.wake_fd, ZMQ_POLLIN, 0},
+                               {m.handshakes.socket().handle(), 0, ZMQ_POLLIN, 0},
+                               {m.zap ? m.zap->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 2, std::chrono::milliseconds(deadline ? 20 : 1000));
+      zmq::poll(items, m.zap ? 4 : 3, std::chrono::milliseconds(deadline ? 20 : 1000));
+      if (items[3].revents & ZMQ_POLLIN) m.zap->handle();
+      if (items[2].revents & ZMQ_POLLIN) m.handshakes.handle();
       if (items[0].revents & ZMQ_POLLIN) m.receive();
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;  // a signal (SIGINT/SIGTERM) interrupted the wait

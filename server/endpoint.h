@@ -5,6 +5,12 @@
 /// submits them to the Engine, and sends the replies that the scheduler's sinks queue
 /// for it; an eventfd wakes the loop when there is something to send or when stop() is
 /// called (safe from a signal handler).
+///
+/// Security (docs/PROTOCOL.md, "Security"): with server.curve the socket is a CURVE
+/// server whose ZAP handler admits only the configured client keys; without it, an
+/// address other machines can reach is refused unless server.allow_insecure. Each client
+/// (its CURVE key, else its connection) may have server.max_inflight_per_client generate
+/// requests in flight.
 #include <atomic>
 #include <deque>
 #include <map>
@@ -19,7 +25,8 @@ namespace specpipe::server {
 class Endpoint {
  public:
   /// Binds config.server.endpoint ("tcp://127.0.0.1:0" picks a free port). Throws
-  /// specpipe::Error(io) if it cannot bind.
+  /// specpipe::Error: io if it cannot bind; invalid_argument for a non-loopback address
+  /// without CURVE or allow_insecure, or a key that cannot be loaded.
   Endpoint(actors::Engine& engine, const PipelineConfig& config);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;

@@ -6,6 +6,10 @@ Needs pyzmq (Debian: python3-zmq). Usage:
     python3 examples/clients/specpipe_client.py --endpoint tcp://127.0.0.1:5555 \
         --prompt "def fib(n):" --max-tokens 64 --stream
 
+A server with CURVE (docs/PROTOCOL.md, "Security") answers only clients whose key it
+allows: add --curve-server-key server.pub --curve-secret-key me.key (files written by
+`specpipe keygen`, or the Z85 keys themselves).
+
 As a library:
 
     with SpecpipeClient("tcp://127.0.0.1:5555") as client:
@@ -16,6 +20,8 @@ As a library:
 import argparse
 import itertools
 import json
+import os
+import stat
 import sys
 
 import zmq
@@ -29,14 +35,40 @@ class SpecpipeError(RuntimeError):
         self.code = code
 
 
-class SpecpipeClient:
-    """One DEALER connection; requests are sent one at a time and read to their end."""
+Z85_ALPHABET = set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
 
-    def __init__(self, endpoint, timeout_ms=120000):
+
+def load_key(value, secret=False):
+    """A Z85 CURVE key (40 characters), given as itself or as a file `specpipe keygen`
+    wrote: one key line, '#' comments. A secret key file must be private (mode 0600)."""
+    if len(value) == 40 and set(value) <= Z85_ALPHABET:
+        return value.encode()
+    if secret and os.stat(value).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ValueError(f"secret key file {value} is readable by others; chmod 600 it")
+    with open(value, encoding="ascii") as f:
+        lines = [line.strip() for line in f if line.strip() and not line.lstrip().startswith("#")]
+    if len(lines) != 1 or len(lines[0]) != 40 or not set(lines[0]) <= Z85_ALPHABET:
+        raise ValueError(f"{value} does not hold one Z85 key")
+    return lines[0].encode()
+
+
+class SpecpipeClient:
+    """One DEALER connection; requests are sent one at a time and read to their end.
+    server_key / secret_key: CURVE (both or neither): the server's public key and this
+    client's secret key, each a Z85 key or a key file."""
+
+    def __init__(self, endpoint, timeout_ms=120000, server_key=None, secret_key=None):
         self._context = zmq.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        if server_key or secret_key:
+            if not (server_key and secret_key):
+                raise ValueError("CURVE needs both the server's public key and this client's secret key")
+            secret = load_key(secret_key, secret=True)
+            self._socket.curve_serverkey = load_key(server_key)
+            self._socket.curve_secretkey = secret
+            self._socket.curve_publickey = zmq.curve_public(secret)
         self._socket.connect(endpoint)
         self._ids = itertools.count(1)
 
@@ -100,8 +132,10 @@ def main():
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--health", action="store_true", help="only ask for the server's health")
     parser.add_argument("--timeout-ms", type=int, default=120000)
+    parser.add_argument("--curve-server-key", help="CURVE: the server's public key (.pub file or Z85)")
+    parser.add_argument("--curve-secret-key", help="CURVE: this client's secret key (.key file or Z85)")
     args = parser.parse_args()
-    with SpecpipeClient(args.endpoint, args.timeout_ms) as client:
+    with SpecpipeClient(args.endpoint, args.timeout_ms, args.curve_server_key, args.curve_secret_key) as client:
         if args.health:
             print(json.dumps(client.health()))
             return 0
@@ -123,6 +157,6 @@ def main():
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except SpecpipeError as error:
+    except (SpecpipeError, TimeoutError, ValueError, OSError) as error:
         print(f"specpipe error: {error}", file=sys.stderr)
         sys.exit(1)

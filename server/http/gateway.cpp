@@ -86,6 +86,13 @@ Gateway::Gateway(actors::Engine& engine, const PipelineConfig& config) : impl_(s
   try {
     tcp::resolver resolver(m.io);
     const tcp::endpoint endpoint = *resolver.resolve(host, port, tcp::resolver::passive).begin();
+    // The gateway has no authentication (docs/PROTOCOL.md, "Security"): only this machine
+    // may reach it unless the config says otherwise.
+    if (!endpoint.address().is_loopback() && !config.server.allow_insecure)
+      fail(ErrorCode::invalid_argument,
+           "server.http {}: not a loopback address, and the HTTP gateway has no authentication: anyone who reaches "
+           "it could generate. Bind 127.0.0.1 (behind an authenticating TLS proxy) or set server.allow_insecure: true",
+           config.server.http);
     m.acceptor.open(endpoint.protocol());
     m.acceptor.set_option(net::socket_base::reuse_address(true));
     m.acceptor.bind(endpoint);

@@ -4,11 +4,7 @@
 # SIGTERM while a request streams still delivers its final message and exits 0.
 set -euo pipefail
 specpipe=$1 cpp_client=$2 py_client=$3 config=$4
-# pyzmq comes from Debian's python3-zmq: prefer the system interpreter that has it.
-python=python3
-for candidate in /usr/bin/python3 python3; do
-  if "$candidate" -c "import zmq" 2>/dev/null; then python=$candidate; break; fi
-done
+source "$(dirname "$0")/pyzmq_python.sh"  # sets $python
 work=$(mktemp -d)
 trap 'kill "${server_pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

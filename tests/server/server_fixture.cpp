@@ -19,8 +19,11 @@ void LoopbackServer::stop() {
   loop_.join();
 }
 
-Client::Client(zmq::context_t& context, const std::string& address, zmq::socket_type type) : socket_(context, type) {
+Client::Client(zmq::context_t& context, const std::string& address, zmq::socket_type type,
+               const server::ClientCurve& curve)
+    : socket_(context, type) {
   socket_.set(zmq::sockopt::linger, 0);
+  server::apply_client_curve(socket_, curve);
   socket_.connect(address);
 }
 

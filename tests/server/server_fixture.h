@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include "actors/engine.h"
+#include "server/curve_keys.h"
 #include "server/endpoint.h"
 
 namespace specpipe::test {
@@ -32,7 +33,9 @@ class LoopbackServer {
 
 class Client {
  public:
-  Client(zmq::context_t& context, const std::string& address, zmq::socket_type type = zmq::socket_type::dealer);
+  /// `curve`: the server's public key and this client's secret key (empty: no CURVE).
+  Client(zmq::context_t& context, const std::string& address, zmq::socket_type type = zmq::socket_type::dealer,
+         const server::ClientCurve& curve = {});
   void send(const nlohmann::json& message);
   void send_raw(const std::string& bytes);
   /// The next reply, or nullopt after `timeout_ms`.
