@@ -20,7 +20,7 @@ namespace specpipe {
 namespace {
 
 double bandwidth() {
-  static const double bw = bench::measure_read_bandwidth();
+  static const double bw = bench::measure_read_bandwidth().wall_Bps;
   return bw;
 }
 

@@ -5,8 +5,15 @@
 
 namespace specpipe::bench {
 
-/// Median over `repeats` passes of a vectorised sum over `bytes` of memory, with the
-/// kernels' thread count; bytes per second. The array is far larger than the caches.
-double measure_read_bandwidth(size_t bytes = size_t{1} << 30, int repeats = 7);
+struct ReadBandwidth {
+  double wall_Bps;  ///< bytes / wall time
+  /// bytes / (process CPU time / threads): what the pass would reach with its threads
+  /// running undisturbed, on a machine shared with other processes (core/timer.h).
+  double cpu_Bps;
+};
+
+/// Medians over `repeats` passes of a vectorised sum over `bytes` of memory, with the
+/// kernels' thread count. The array is far larger than the caches.
+ReadBandwidth measure_read_bandwidth(size_t bytes = size_t{1} << 30, int repeats = 7);
 
 }  // namespace specpipe::bench
