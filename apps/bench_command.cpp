@@ -12,6 +12,7 @@
 #include "actors/engine.h"
 #include "apps/commands.h"
 #include "apps/pipeline_options.h"
+#include "core/cpu_timer.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "kernels/cpu/thread_pool.h"
@@ -25,6 +26,7 @@ struct BenchOptions {
   std::string prompts = "bench/prompts/public.jsonl";
   std::vector<int32_t> gammas = {2, 4, 8};
   bool ngram = true;
+  bool draft_model = true;
   int32_t repeat = 3;
   int32_t max_tokens = 0;  // 0: per prompt (default 96)
   std::string json_out;
@@ -69,6 +71,9 @@ struct RunResult {
   /// rounds included), requests one after another.
   double e2e_tok_per_s = 0;
   double e2e_ms = 0;
+  /// Process CPU time over the run / kernel threads (core/cpu_timer.h): on a shared
+  /// machine, close to the wall time the run would take alone.
+  double cpu_ms = 0;
   SpecStats stats;             // summed over prompts
   std::vector<std::vector<int32_t>> outputs;
   nlohmann::json offload;      // with offload: the engine's counters over every run of the row (warm-up included)
@@ -76,6 +81,7 @@ struct RunResult {
 
 RunResult run_config(actors::Engine& engine, const std::vector<Prompt>& prompts, int32_t gamma) {
   RunResult r;
+  const CpuStopwatch cpu_clock;
   for (const Prompt& p : prompts) {
     actors::RequestSpec spec;
     spec.prompt = p.ids;
@@ -89,6 +95,7 @@ RunResult run_config(actors::Engine& engine, const std::vector<Prompt>& prompts,
     r.stats.merge(c.stats);
     r.outputs.push_back(std::move(c.tokens));
   }
+  r.cpu_ms = cpu_clock.elapsed_ms() / cpu::num_threads();
   const SpecStats& s = r.stats;
   r.decode_ms = s.draft_ms + s.verify_ms + s.commit_ms + s.messaging_ms;
   r.tok_per_s = static_cast<double>(s.generated) * 1000.0 / r.decode_ms;
@@ -147,7 +154,8 @@ int run_bench(const BenchOptions& o) {
   };
   PipelineConfig model_cfg = o.pipeline.config();
   model_cfg.drafter.type = DrafterKind::model;
-  for (int32_t g : o.gammas) add_spec(model_cfg, "draft model", g);
+  if (o.draft_model)
+    for (int32_t g : o.gammas) add_spec(model_cfg, "draft model", g);
   if (o.ngram) {
     PipelineConfig ngram_cfg = o.pipeline.config();
     ngram_cfg.drafter.type = DrafterKind::ngram;
@@ -170,7 +178,7 @@ int run_bench(const BenchOptions& o) {
                 r.run.tok_per_s, r.run.e2e_tok_per_s, r.speedup, r.predicted, r.speedup / r.predicted, 100.0 * s.acceptance_rate(),
                 s.tokens_per_step(), r.identical ? "yes" : "NO", s.draft_ms, ahead);
     out.push_back({{"drafter", r.name}, {"gamma", r.gamma}, {"tok_per_s", r.run.tok_per_s},
-                   {"e2e_tok_per_s", r.run.e2e_tok_per_s}, {"e2e_ms", r.run.e2e_ms}, {"prefill_ms", s.prefill_ms},
+                   {"e2e_tok_per_s", r.run.e2e_tok_per_s}, {"e2e_ms", r.run.e2e_ms}, {"cpu_ms", r.run.cpu_ms}, {"prefill_ms", s.prefill_ms},
                    {"speedup", r.speedup}, {"e2e_speedup", r.run.e2e_tok_per_s / plain.e2e_tok_per_s},
                    {"predicted_speedup", r.predicted}, {"achieved_over_predicted", r.speedup / r.predicted},
                    {"acceptance_rate", s.acceptance_rate()}, {"tokens_per_target_step", s.tokens_per_step()},
@@ -198,7 +206,8 @@ int run_bench(const BenchOptions& o) {
                   r.run.offload["ring_stall_ms"].get<double>());
   const nlohmann::json doc = {{"prompts", o.prompts}, {"repeat", o.repeat}, {"device", plain_cfg.device},
                               {"threads", cpu::num_threads()},
-                              {"plain_step_ms", t_step}, {"results", out}, {"wall_s", total.elapsed_ms() / 1000}};
+                              {"plain_step_ms", t_step}, {"results", out}, {"wall_s", total.elapsed_ms() / 1000},
+                              {"plain_outputs", plain.outputs}};  // the greedy tokens, for peers to compare
   if (!o.json_out.empty()) {
     std::ofstream(o.json_out) << doc.dump(2) << "\n";
     std::printf("\nJSON: %s\n", o.json_out.c_str());
@@ -222,6 +231,7 @@ Runner add_bench_command(CLI::App& app) {
   cmd->add_option("--max-tokens", opts->max_tokens, "override every prompt's max_tokens")->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", opts->json_out, "write the JSON report to this file");
   cmd->add_flag("!--no-ngram", opts->ngram, "skip the n-gram drafter");
+  cmd->add_flag("!--no-draft-model", opts->draft_model, "skip the draft model (a target with no draft)");
   return [opts] { return run_bench(*opts); };
 }
 
