@@ -148,7 +148,12 @@ std::vector<PluginConfig> read_plugins(const Section& top, const YAML::Node& roo
     s.read("path", p.path);
     const YAML::Node config = entry.second.IsMap() ? entry.second["config"] : YAML::Node();
     if (config.IsDefined() && !config.IsNull() && !config.IsMap()) s.fail("config", "expected a map");
-    p.config_json = config.IsDefined() && !config.IsNull() ? yaml_to_json(config).dump() : "{}";
+    // yaml-cpp passes any bytes through; JSON (the plugin's config string) takes UTF-8 only.
+    try {
+      p.config_json = config.IsDefined() && !config.IsNull() ? yaml_to_json(config).dump() : "{}";
+    } catch (const nlohmann::json::type_error&) {
+      s.fail("config", "holds text that is not valid UTF-8");
+    }
     // A path relative to the config file wins; else the plugin search path decides.
     if (config_dir && fs::path(p.path).is_relative() && fs::is_regular_file(*config_dir / p.path)) {
       p.path = (*config_dir / p.path).lexically_normal().string();

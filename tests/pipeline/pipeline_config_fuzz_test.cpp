@@ -1,0 +1,30 @@
+// Regression tests of what fuzz/pipeline_yaml_fuzz.cpp found in the pipeline YAML reader:
+// each input crashed or escaped as a non-specpipe exception before its fix.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "pipeline/pipeline_config.h"
+
+namespace specpipe {
+namespace {
+
+// A plugin's config holding bytes that are not UTF-8 (yaml-cpp passes them through)
+// escaped as nlohmann's type_error 316 from dumping it as the plugin's JSON config,
+// which `specpipe serve` did not report as a config error.
+TEST(PipelineConfigFuzz, PluginConfigThatIsNotUtf8IsRefusedNamingTheKey) {
+  const std::string yaml = "version: 1\nplugins:\n  p:\n    path: /no/such.so\n    config: {k: a\xEE" "b}\n";
+  try {
+    parse_pipeline_config(yaml, "x.yaml");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("x.yaml"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("plugins.p.config"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("UTF-8"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace specpipe
