@@ -66,9 +66,10 @@ int run_client(const ClientOptions& o) {
   for (;;) {
     zmq::message_t msg;
     if (!socket.recv(msg))
-      fail(ErrorCode::io, "no reply from {} within {} ms{}", o.endpoint, o.timeout_ms,
-           o.curve.enabled() ? " (a CURVE server that does not know this client's key never answers)"
-                             : " (a CURVE server never answers a client without keys)");
+      fail(ErrorCode::io, "no reply from {} within {} ms (is it serving? {})", o.endpoint, o.timeout_ms,
+           o.curve.enabled() ? "a CURVE server that does not allow this client's key, or has another server key, "
+                               "never answers"
+                             : "a CURVE server never answers a client without --curve-server-key/--curve-secret-key");
     const auto reply = nlohmann::json::parse(msg.to_string());
     const std::string type = reply.value("type", "");
     if (o.json_out) std::printf("%s\n", reply.dump().c_str());
