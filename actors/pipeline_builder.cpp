@@ -33,7 +33,9 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   const ModelOptions model_options{
       .device = device,
       .max_forward_tokens = std::min(kDeviceForwardTokens, std::max(c.scheduler.prefill_chunk, verify_tokens)),
-      .gemm = c.models.gemm};
+      .gemm = c.models.gemm,
+      // kv.dtype: both models' K/V (the CPU backend refuses bf16 in open_model).
+      .kv_dtype = c.kv.dtype == "bf16" ? DType::bf16 : DType::f32};
   if (on_device && verify_tokens > kDeviceForwardTokens)
     fail(ErrorCode::invalid_argument,
          "scheduler.max_batch {} x (slots.drafter.max_gamma {} + 2) tokens exceed the 1024 a device forward takes",
@@ -92,13 +94,13 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   kv_config.prefix_cache = c.kv.prefix_cache;
   const bool partial_views = c.slots.verify_view != "full";
   if (partial_views) {
-    // SpecPV builds its partial views and block summaries on the CPU backend only, from
-    // the pool (not the host tier) so far.
-    if (on_device)
-      fail(ErrorCode::unsupported, "slots.verify_view: partial verification runs on the CPU backend only so far, not on {}",
-           device.to_string());
+    // SpecPV's partial views read the pool (on a device, the model's: its forward gathers
+    // them and it summarises blocks where they live), not the host tier so far.
     if (c.offload.enable)
       fail(ErrorCode::unsupported, "slots.verify_view: partial verification with offload.enable is not supported yet");
+    // The device's block summaries read FP32 keys (model/cuda/key_summaries.h).
+    if (c.kv.dtype == "bf16")
+      fail(ErrorCode::unsupported, "slots.verify_view: partial verification with kv.dtype bf16 is not supported yet");
     // Blocks filled by partial rounds hold K/V computed over a partial view (and, in
     // exact mode, maybe tokens a full round rolls back): they must never be shared.
     if (kv_config.prefix_cache) spdlog::info("slots.verify_view {}: prefix cache off", c.slots.verify_view);
@@ -115,7 +117,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     // The host tier (nothing half-allocated on failure; on a device in pinned memory,
     // its blocks moved by the target's stream) and the target's layer ring.
     const HostTierLayout layout{kv_config.num_layers, kv_config.num_kv_heads, kv_config.head_dim,
-                                kv_config.block_size};
+                                kv_config.block_size, p.target->kv_dtype()};
     try {
       p.target->enable_layer_ring(c.offload.ring_slots, c.offload.overlap);  // ring_slots < 2 before any allocation
       p.kv->attach_host_tier(

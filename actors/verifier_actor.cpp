@@ -38,6 +38,7 @@ struct VerifierState {
   std::vector<std::vector<int32_t>> window_tokens;
   std::vector<std::vector<float>> q_rows;
   std::unique_ptr<RetrievalIndex> retrieval;  // SpecPV: only with a verify_view plugin
+  KeySummariser summariser;                   // a device pool's block summaries (else none)
   std::vector<PrefixView> views;              // per round item
   std::vector<std::unique_ptr<RetrievalTap>> taps;
 };
@@ -51,7 +52,7 @@ void prepare_view(VerifierState& st, const RoundItem& it, ForwardWindow& w, size
   RetrievalIndex& index = *st.retrieval;
   const int32_t B = kv.config().block_size;
   const int32_t length = kv.length(it.seq);
-  index.update(kv, it.seq, std::min(it.verified, length));
+  index.update(kv, it.seq, std::min(it.verified, length), st.summariser);
   if (it.partial) {
     PrefixView& view = st.views[i];
     view.pool_blocks.assign(static_cast<size_t>(kv.config().num_layers), {});
@@ -165,6 +166,7 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDep
   if (st->deps.partial_views) {
     const KvStoreConfig& k = st->deps.kv->config();
     st->retrieval = std::make_unique<RetrievalIndex>(SummaryShape{k.num_layers, k.num_kv_heads, k.head_dim, k.block_size});
+    st->summariser = st->deps.target->key_summariser();
   }
   return {
       [self, st](PrefillWork& w) {

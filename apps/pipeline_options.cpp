@@ -51,6 +51,9 @@ void PipelineOptions::add_to(CLI::App& cmd) {
   add(cmd.add_option("--kv-memory-fraction", d.kv.memory_fraction, "share of the free device memory kv-tokens auto takes")
           ->check(CLI::Range(0.01, 1.0)),
       [](const PipelineOptions& o, PipelineConfig& c) { c.kv.memory_fraction = o.defaults_.kv.memory_fraction; });
+  add(cmd.add_option("--kv-dtype", d.kv.dtype, "element type of the K/V store: fp32 or bf16 (CUDA devices)")
+          ->check(CLI::IsMember({"fp32", "bf16"})),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.kv.dtype = o.defaults_.kv.dtype; });
   add(cmd.add_option("--block-size", d.kv.block_size, "tokens per KV block")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.kv.block_size = o.defaults_.kv.block_size; });
   add(cmd.add_flag("--offload", offload_, "move the oldest KV blocks to a host tier when the pool fills (CUDA: pinned)"),

@@ -46,7 +46,10 @@ HostMemoryAllocator& default_host_allocator() {
 }
 
 int64_t HostKvTier::block_bytes(const HostTierLayout& l) {
-  return int64_t{2} * l.num_layers * l.block_size * l.num_kv_heads * l.head_dim * static_cast<int64_t>(sizeof(float));
+  if (l.dtype != DType::f32 && l.dtype != DType::bf16)
+    fail(ErrorCode::invalid_argument, "KV host tier: dtype {} (K/V are F32 or BF16)", dtype_name(l.dtype));
+  return int64_t{2} * l.num_layers * l.block_size * l.num_kv_heads * l.head_dim *
+         static_cast<int64_t>(dtype_size(l.dtype));
 }
 
 HostKvTier::HostKvTier(const HostTierLayout& layout, int64_t bytes, HostMemoryAllocator* allocator)
@@ -54,7 +57,7 @@ HostKvTier::HostKvTier(const HostTierLayout& layout, int64_t bytes, HostMemoryAl
       blocks_(blocks_for(layout, bytes)),
       allocator_(allocator ? allocator : &default_host_allocator()) {
   allocated_bytes_ = static_cast<size_t>(int64_t{blocks_.num_blocks()} * block_bytes());
-  memory_ = static_cast<float*>(allocator_->allocate(allocated_bytes_));
+  memory_ = static_cast<unsigned char*>(allocator_->allocate(allocated_bytes_));
   if (!memory_)
     fail(ErrorCode::out_of_capacity, "KV host tier: {} ({} blocks of {} bytes)", allocator_->failure(allocated_bytes_),
          blocks_.num_blocks(), block_bytes());
@@ -71,11 +74,18 @@ int32_t HostKvTier::allocate() {
 
 void HostKvTier::release(int32_t block) { blocks_.release(block); }
 
-float* HostKvTier::layer_base(int32_t layer, int32_t which) {
+unsigned char* HostKvTier::layer_base(int32_t layer, int32_t which) {
   if (layer < 0 || layer >= layout_.num_layers)
     fail(ErrorCode::invalid_argument, "KV host tier: layer {} is outside [0, {})", layer, layout_.num_layers);
-  const int64_t per_tensor = int64_t{total_blocks()} * block_floats();
+  const int64_t per_tensor = int64_t{total_blocks()} * block_tensor_bytes();
   return memory_ + (int64_t{layer} * 2 + which) * per_tensor;
+}
+
+float* HostKvTier::floats(int32_t layer, int32_t which) {
+  if (layout_.dtype != DType::f32)
+    fail(ErrorCode::invalid_argument, "KV host tier: its K/V are {}, not F32 (k_data / v_data)",
+         dtype_name(layout_.dtype));
+  return reinterpret_cast<float*>(layer_base(layer, which));
 }
 
 }  // namespace specpipe

@@ -1,9 +1,10 @@
 #pragma once
 /// The host tier of the KV store (ARCHITECTURE.md section 5, "Host tier"): host memory
 /// paged like the pool, holding the oldest full committed blocks of long sequences
-/// when the pool fills. Per layer, K and V are float32
-/// [host_blocks, block_size, kv_heads, head_dim], the layout of KvTensors, so a block
-/// moves between the tiers as one contiguous copy per layer and K/V.
+/// when the pool fills. Per layer, K and V are [host_blocks, block_size, kv_heads,
+/// head_dim] elements of the layout's dtype (float32 as KvTensors; bf16 for a CUDA pool
+/// of BF16 K/V), the layout of the pool, so a block moves between the tiers as one
+/// contiguous copy per layer and K/V.
 ///
 /// Its blocks are counted by a BlockPool of their own (free list only: host blocks are
 /// never hashed or shared). Not thread-safe: the KvStore that owns it is mutated by one
@@ -13,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "core/dtype.h"
 #include "kvstore/block_pool.h"
 
 namespace specpipe {
@@ -40,6 +42,7 @@ struct HostTierLayout {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;
+  DType dtype = DType::f32;  ///< element type of K and V: f32 or bf16 (the pool's)
 };
 
 class HostKvTier {
@@ -55,7 +58,8 @@ class HostKvTier {
   HostKvTier& operator=(const HostKvTier&) = delete;
 
   const HostTierLayout& layout() const { return layout_; }
-  /// Bytes of one block: K and V of every layer.
+  /// Bytes of one block: K and V of every layer. Throws Error(invalid_argument) for a
+  /// dtype other than f32 / bf16.
   static int64_t block_bytes(const HostTierLayout& layout);
   int64_t block_bytes() const { return block_bytes(layout_); }
   int64_t bytes() const { return int64_t{total_blocks()} * block_bytes(); }  ///< what it holds
@@ -70,22 +74,31 @@ class HostKvTier {
   void release(int32_t block);
   bool in_use(int32_t block) const { return blocks_.ref_count(block) > 0; }
 
-  /// K / V of `layer`: [total_blocks, block_size, kv_heads, head_dim]; slot s of a
-  /// block b starts at k(layer) + (b * block_size + s) * slot_stride().
-  float* k(int32_t layer) { return layer_base(layer, 0); }
-  float* v(int32_t layer) { return layer_base(layer, 1); }
-  const float* k(int32_t layer) const { return const_cast<HostKvTier*>(this)->layer_base(layer, 0); }
-  const float* v(int32_t layer) const { return const_cast<HostKvTier*>(this)->layer_base(layer, 1); }
-  int64_t block_floats() const { return int64_t{layout_.block_size} * slot_stride(); }  ///< one layer's K (or V)
+  /// K / V of `layer` of an f32 tier: [total_blocks, block_size, kv_heads, head_dim];
+  /// slot s of a block b starts at k(layer) + (b * block_size + s) * slot_stride().
+  /// Error(invalid_argument) for a bf16 tier (its elements are not floats: k_data).
+  float* k(int32_t layer) { return floats(layer, 0); }
+  float* v(int32_t layer) { return floats(layer, 1); }
+  const float* k(int32_t layer) const { return const_cast<HostKvTier*>(this)->floats(layer, 0); }
+  const float* v(int32_t layer) const { return const_cast<HostKvTier*>(this)->floats(layer, 1); }
+  /// The same of any dtype: elements of element_bytes() each (a device copies them as bytes).
+  void* k_data(int32_t layer) { return layer_base(layer, 0); }
+  void* v_data(int32_t layer) { return layer_base(layer, 1); }
+  const void* k_data(int32_t layer) const { return const_cast<HostKvTier*>(this)->layer_base(layer, 0); }
+  const void* v_data(int32_t layer) const { return const_cast<HostKvTier*>(this)->layer_base(layer, 1); }
+  int64_t block_floats() const { return int64_t{layout_.block_size} * slot_stride(); }  ///< elements of one layer's K (or V)
+  int64_t element_bytes() const { return static_cast<int64_t>(dtype_size(layout_.dtype)); }
+  int64_t block_tensor_bytes() const { return block_floats() * element_bytes(); }  ///< bytes of one layer's K (or V)
 
  private:
-  float* layer_base(int32_t layer, int32_t which);
+  unsigned char* layer_base(int32_t layer, int32_t which);
+  float* floats(int32_t layer, int32_t which);
 
   HostTierLayout layout_;
   BlockPool blocks_;
   HostMemoryAllocator* allocator_;
   size_t allocated_bytes_ = 0;
-  float* memory_ = nullptr;  // [layers][K, V][blocks, block_size, kv_heads, head_dim]
+  unsigned char* memory_ = nullptr;  // [layers][K, V][blocks, block_size, kv_heads, head_dim]
 };
 
 }  // namespace specpipe

@@ -20,6 +20,7 @@
 #include "kvstore/kv_store.h"
 #include "kvstore/kv_write_sink.h"
 #include "kvstore/layer_ring.h"
+#include "kvstore/retrieval_index.h"
 #include "model/config.h"
 
 namespace specpipe {
@@ -30,7 +31,7 @@ enum class LogitsMode { none, last, all };
 /// A partial view of a window's committed prefix (SpecPV, kvstore/partial_view.h): per
 /// layer, the pool blocks attention reads, in position order, and the tokens they hold
 /// (every block full but the last). The keys carry their RoPE, so a subset of them is
-/// attended to as is. CPU backend only so far.
+/// attended to as is. The CPU and CUDA forwards gather it from the pool with no copy.
 struct PrefixView {
   std::vector<std::vector<int32_t>> pool_blocks;  ///< [layers][blocks]: pool block ids
   std::vector<int32_t> lengths;                   ///< [layers]: tokens in view
@@ -155,13 +156,21 @@ class ForwardModel {
   /// (KvStore's BlockCopier), queued in front of the next forward; callable from any
   /// thread. CPU: none (the store copies its host tensors).
   virtual BlockCopier block_copier() { return {}; }
+  /// Device models: SpecPV block summaries computed where the pool lives (only the
+  /// summaries cross to the host; kvstore/retrieval_index.h). CPU: none (the retrieval
+  /// index reads the store's host tensors).
+  virtual KeySummariser key_summariser() { return {}; }
   /// Device models: the pool as memory for a staging kv_write strategy (valid as long as
   /// the model). CPU: null (the store's host tensors are the pool).
   virtual DeviceKvPool* device_kv_pool() { return nullptr; }
   /// Bytes one block of `block_size` tokens takes in the pool (K and V, every layer).
   int64_t kv_block_bytes(int32_t block_size) const {
-    return int64_t{2} * config().num_layers * block_size * config().kv_dim() * static_cast<int64_t>(sizeof(float));
+    return int64_t{2} * config().num_layers * block_size * config().kv_dim() *
+           static_cast<int64_t>(dtype_size(kv_dtype()));
   }
+  /// Element type of the model's K/V store (and so of a host tier attached to it): f32,
+  /// or bf16 on a device that was asked for it (ModelOptions::kv_dtype).
+  virtual DType kv_dtype() const { return DType::f32; }
 
   /// Offload (kvstore/README.md, "Host tier"): from now on the forward streams the
   /// host-tier K/V of its sequences through a layer ring of `slots` layer slots

@@ -21,7 +21,12 @@ bool cuda_built() {
 }
 
 std::unique_ptr<ForwardModel> open_model(const std::filesystem::path& model_dir, const ModelOptions& options) {
-  if (options.device.kind == DeviceKind::cpu) return load_transformer(model_dir);
+  if (options.device.kind == DeviceKind::cpu) {
+    if (options.kv_dtype != DType::f32)
+      fail(ErrorCode::unsupported, "kv.dtype {}: the CPU backend keeps FP32 K/V (bf16 is for CUDA devices)",
+           dtype_name(options.kv_dtype));
+    return load_transformer(model_dir);
+  }
 #ifdef SPECPIPE_HAVE_CUDA
   ModelConfig config = ModelConfig::from_dir(model_dir);
   const ModelWeights weights = load_weights(config, SafetensorsArchive::open(model_dir));
@@ -33,6 +38,7 @@ std::unique_ptr<ForwardModel> open_model(const std::filesystem::path& model_dir,
   o.fused_sm_share = options.fused_sm_share;
   o.high_priority_stream = options.high_priority_stream;
   o.gemm = parse_cuda_gemm(options.gemm);
+  o.kv_dtype = options.kv_dtype;
   // Decode steps and verify windows of a few sequences replay graphs; prefill runs eagerly.
   o.graph_max_tokens = std::min(o.max_tokens, 64);
   return std::make_unique<CudaForwardModel>(

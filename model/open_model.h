@@ -28,6 +28,9 @@ struct ModelOptions {
   /// Device models: the projections' GEMM by name ("auto", "cublaslt", "rows", "mma";
   /// CudaTransformerOptions::gemm). Ignored on the CPU.
   std::string gemm = "auto";
+  /// Element type of the model's K/V store (CudaTransformerOptions::kv_dtype): f32, or
+  /// bf16 on a device; the CPU backend refuses bf16 (Error(unsupported)).
+  DType kv_dtype = DType::f32;
 };
 
 /// Whether this build has the CUDA backend.

@@ -50,6 +50,10 @@ struct KvConfig {
   int32_t block_size = 16;  ///< tokens per block
   bool prefix_cache = true; ///< on a device the target model copies shared blocks (copy-on-write)
   float memory_fraction = 0.9f;
+  /// Element type of the K/V store: "fp32", or "bf16" (CUDA devices: half the bytes, so
+  /// twice the context in the same pool, host tier and PCIe traffic; each element rounded
+  /// once when written, attention still accumulates in FP32; the CPU backend refuses it).
+  std::string dtype = "fp32";
 };
 
 /// The host KV tier and layer ring (kvstore/README.md, "Host tier"): when the target's

@@ -66,6 +66,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   kv.put("block_size", c.kv.block_size);
   kv.put("prefix_cache", c.kv.prefix_cache);
   kv.put("memory_fraction", c.kv.memory_fraction);
+  kv.put("dtype", c.kv.dtype);
   kv.end();
   MapWriter offload = top.begin("offload");
   offload.put("enable", c.offload.enable);

@@ -34,7 +34,7 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 void read_kv(const Section& top, KvConfig& kv) {
-  const Section s = top.child("kv", {"tokens", "block_size", "prefix_cache", "memory_fraction"});
+  const Section s = top.child("kv", {"tokens", "block_size", "prefix_cache", "memory_fraction", "dtype"});
   std::string tokens;
   s.read("tokens", tokens);  // any scalar, as text: "auto" or a number
   if (tokens == "auto") kv.tokens = KvConfig::kAuto;
@@ -42,6 +42,7 @@ void read_kv(const Section& top, KvConfig& kv) {
   s.read("block_size", kv.block_size, IntRange{1, 1024});
   s.read("prefix_cache", kv.prefix_cache);
   s.read("memory_fraction", kv.memory_fraction, RealRange{0, 1, /*lo_open=*/true});
+  s.read_choice("dtype", kv.dtype, {"fp32", "bf16"});
   if (kv.tokens != KvConfig::kAuto && kv.tokens < kv.block_size)
     s.fail("tokens", fmt::format("{} is less than kv.block_size ({}): the pool must hold a block",
                                  kv.tokens, kv.block_size));

@@ -15,6 +15,14 @@ namespace {
 
 using detail::f32_to_bf16_rne;
 
+// K/V storage: T is float (FP32) or uint16_t (BF16 bits). Every K/V element is widened to
+// FP32 exactly (kv_float) where it is read; all arithmetic is FP32 in the same order for
+// both, so the BF16 kernels are the FP32 kernels over the BF16-rounded keys and values.
+__device__ inline float kv_float(float x) { return x; }
+__device__ inline float kv_float(uint16_t x) { return detail::bf16_bits_to_f32(x); }
+template <class T>
+constexpr int kVecElems = 16 / static_cast<int>(sizeof(T));  // elements of one 16-byte copy
+
 constexpr int kThreads = 128;  // = kAttentionChunkKeys: one thread per key in the softmax step
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadDim = 256;
@@ -40,24 +48,25 @@ __device__ inline RowInfo row_info(const AttentionBatch& b, int32_t row) {
 
 /// Shared memory of a chunk block: the group's queries, the scores (then numerators),
 /// each key's K and V row addresses, reduction scratch, whether this block merges.
-template <int kDimLanes>
+template <int kDimLanes, class T>
 struct ChunkShared {
   float q[kMaxGroup * 32 * kDimLanes];
   float p[kMaxGroup][C];
-  const float* krow[C];
-  const float* vrow[C];
+  const T* krow[C];
+  const T* vrow[C];
   float red[kMaxGroup][kWarps];
   float red2[kMaxGroup][kWarps];
   bool merges;
 };
 
-/// The chunk's values staged in shared memory ([count][head_dim], dynamic; can_stage
-/// and launch_chunks decide and size it); the merging block reuses it.
+/// The chunk's values staged in shared memory ([count][head_dim] of the storage type,
+/// dynamic; can_stage and launch_chunks decide and size it); the merging block reuses it
+/// as FP32 scratch.
 extern __shared__ __align__(16) float staged_values[];
 
 /// 16 bytes from global to shared memory without a register round trip (sm_80+), so
 /// the chunk's values stream in while its scores are computed.
-__device__ inline void copy_async16(float* to_shared, const float* from_global) {
+__device__ inline void copy_async16(void* to_shared, const void* from_global) {
   const auto to = static_cast<unsigned>(__cvta_generic_to_shared(to_shared));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from_global) : "memory");
 }
@@ -132,20 +141,30 @@ __device__ inline bool chunk_task(const AttentionBatch& b, int32_t row, int32_t 
 
 /// Where key j < w.prefix_len of a window lives: its pool block, or (offload) its block
 /// of the layer's ring slot.
+template <class T>
 __device__ inline void pool_rows(const PagedPool& pool, const AttentionWindowDesc& w, int32_t j, int64_t head_off,
-                                 const float*& krow, const float*& vrow) {
+                                 const T*& krow, const T*& vrow) {
   const int32_t entry = pool.block_tables[w.block_table_offset + j / pool.block_size];
   const bool ring = entry < 0;
   const int64_t slot = int64_t{ring ? ring_block_of(entry) : entry} * pool.block_size + j % pool.block_size;
-  krow = (ring ? pool.ring_k : pool.k) + slot * pool.slot_stride + head_off;
-  vrow = (ring ? pool.ring_v : pool.v) + slot * pool.slot_stride + head_off;
+  krow = static_cast<const T*>(ring ? pool.ring_k : pool.k) + slot * pool.slot_stride + head_off;
+  vrow = static_cast<const T*>(ring ? pool.ring_v : pool.v) + slot * pool.slot_stride + head_off;
+}
+
+/// Where key j >= w.prefix_len lives: the batch's dense window K/V (of the pool's type).
+template <class T>
+__device__ inline void window_rows(const AttentionBatch& b, const AttentionWindowDesc& w, int32_t j, int64_t head_off,
+                                   const T*& krow, const T*& vrow) {
+  const int64_t t = int64_t{w.first_token} + (j - w.prefix_len);
+  krow = static_cast<const T*>(b.k) + t * b.ld_kv + head_off;
+  vrow = static_cast<const T*>(b.v) + t * b.ld_kv + head_off;
 }
 
 /// Loads the group's queries and the addresses of the chunk's K/V rows (pool prefix or
 /// dense window) into shared memory.
-template <int kDimLanes>
+template <int kDimLanes, class T>
 __device__ inline void load_chunk(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
-                                  ChunkShared<kDimLanes>& sh, ChunkTask& task) {
+                                  ChunkShared<kDimLanes, T>& sh, ChunkTask& task) {
   const int32_t row = task.row, kvh = task.kvh, chunk = task.chunk;
   const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
   task.hd = hd;
@@ -159,13 +178,8 @@ __device__ inline void load_chunk(const AttentionShape& s, const PagedPool& pool
     const int32_t j = task.j0 + tid;
     const int64_t head_off = int64_t{kvh} * hd;
     const AttentionWindowDesc& w = task.r.w;
-    if (j < w.prefix_len) {
-      pool_rows(pool, w, j, head_off, sh.krow[tid], sh.vrow[tid]);
-    } else {
-      const int64_t t = int64_t{w.first_token} + (j - w.prefix_len);
-      sh.krow[tid] = b.k + t * b.ld_kv + head_off;
-      sh.vrow[tid] = b.v + t * b.ld_kv + head_off;
-    }
+    if (j < w.prefix_len) pool_rows(pool, w, j, head_off, sh.krow[tid], sh.vrow[tid]);
+    else window_rows(b, w, j, head_off, sh.krow[tid], sh.vrow[tid]);
   }
   __syncthreads();
 }
@@ -182,9 +196,10 @@ __device__ inline float* workspace_at(const AttentionShape& s, const AttentionBa
 /// head's group of query heads, over the keys [chunk*C, chunk*C + C) of the row. Every
 /// order below depends on head_dim and the chunk's key count only. Kept as the bitwise
 /// reference of attention_chunk_kernel (attention_reference()).
+template <class T>
 __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(AttentionShape s, PagedPool pool,
                                                                              AttentionBatch b) {
-  __shared__ ChunkShared<kDimPerLane> sh;
+  __shared__ ChunkShared<kDimPerLane, T> sh;
   ChunkTask task;
   if (!chunk_task(b, blockIdx.z, blockIdx.y, blockIdx.x, task)) return;
   load_chunk(s, pool, b, sh, task);
@@ -198,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
     }
     float kreg[kDimPerLane];
 #pragma unroll
-    for (int t = 0; t < kDimPerLane; ++t) kreg[t] = lane + 32 * t < hd ? sh.krow[jl][lane + 32 * t] : 0.0f;
+    for (int t = 0; t < kDimPerLane; ++t) kreg[t] = lane + 32 * t < hd ? kv_float(sh.krow[jl][lane + 32 * t]) : 0.0f;
     for (int g = 0; g < group; ++g) {
       float dot = 0.0f;
 #pragma unroll
@@ -226,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
   for (int o = tid; o < group * hd; o += kThreads) {
     const int g = o / hd, d = o % hd;
     float acc = 0.0f;
-    for (int jl = 0; jl < count; ++jl) acc = fmaf(sh.p[g][jl], sh.vrow[jl][d], acc);
+    for (int jl = 0; jl < count; ++jl) acc = fmaf(sh.p[g][jl], kv_float(sh.vrow[jl][d]), acc);
     workspace_at(s, b, task, g)[2 + d] = acc;
   }
 }
@@ -296,7 +311,7 @@ __device__ inline void merge_row(const AttentionShape& s, const AttentionBatch& 
 /// scores are computed, so the value chains wait for one round of loads, not one per 16
 /// keys; the sums read the same floats in the same order. With b.counters the last block
 /// of (row, kv head) to finish merges the row's chunks for the group's heads (outb: BF16).
-template <int kDimLanes, int kHeadsPerThread>
+template <int kDimLanes, int kHeadsPerThread, class T>
 __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
                                                                    AttentionBatch b, uint16_t* outb, bool stage) {
   // Grid (kv head, chunk, row): a graph launches the pool's capacity of chunks; the rows'
@@ -307,14 +322,16 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
   ChunkTask task;
   if (!chunk_task(b, blockIdx.z, blockIdx.x, blockIdx.y, task)) return;
   detail::begin_dependent_kernel();
-  __shared__ ChunkShared<kDimLanes> sh;
+  __shared__ ChunkShared<kDimLanes, T> sh;
   load_chunk(s, pool, b, sh, task);
   const int32_t hd = task.hd, group = task.group, count = task.count;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+  T* const staged = reinterpret_cast<T*>(staged_values);
   if (stage) {
-    const int quads = hd / 4;  // stage requires head_dim % 4 == 0 and 16-byte aligned rows
-    for (int i = tid; i < count * quads; i += kFastThreads)
-      copy_async16(staged_values + i * 4, sh.vrow[i / quads] + (i % quads) * 4);
+    constexpr int kVec = kVecElems<T>;
+    const int vecs = hd / kVec;  // stage requires head_dim % kVec == 0 and 16-byte aligned rows
+    for (int i = tid; i < count * vecs; i += kFastThreads)
+      copy_async16(staged + i * kVec, sh.vrow[i / vecs] + (i % vecs) * kVec);
   }
 
   // Scores, as the reference: a warp per key, lane l holding dims l, l+32, ..., one FMA
@@ -328,7 +345,7 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
       const int jl = base + u * kFastWarps;
 #pragma unroll
       for (int t = 0; t < kDimLanes; ++t)
-        kreg[u][t] = jl < count && lane + 32 * t < hd ? sh.krow[jl][lane + 32 * t] : 0.0f;
+        kreg[u][t] = jl < count && lane + 32 * t < hd ? kv_float(sh.krow[jl][lane + 32 * t]) : 0.0f;
     }
     for (int g = 0; g < group; ++g) {
       float dot[kKeys];
@@ -413,8 +430,8 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
     }
   };
   if (gpart < parts) {
-    if (stage) value_sums([&](int jl, int d) { return staged_values[jl * hd + d]; });
-    else value_sums([&](int jl, int d) { return sh.vrow[jl][d]; });
+    if (stage) value_sums([&](int jl, int d) { return kv_float(staged[jl * hd + d]); });
+    else value_sums([&](int jl, int d) { return kv_float(sh.vrow[jl][d]); });
   }
   if (b.counters == nullptr) return;  // the combine kernel merges
 
@@ -454,10 +471,12 @@ __global__ void __launch_bounds__(kThreads) attention_combine_kernel(AttentionSh
 constexpr int32_t kStageMaxRows = 16;
 
 /// Whether the values can be staged: whole 16-byte copies of every value row.
+template <class T>
 bool can_stage(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return b.total_tokens <= kStageMaxRows && s.head_dim % 4 == 0 && pool.slot_stride % 4 == 0 && b.ld_kv % 4 == 0 &&
-         aligned(pool.v) && aligned(b.v) && aligned(pool.ring_v);
+  constexpr int kVec = kVecElems<T>;
+  return b.total_tokens <= kStageMaxRows && s.head_dim % kVec == 0 && pool.slot_stride % kVec == 0 &&
+         b.ld_kv % kVec == 0 && aligned(pool.v) && aligned(b.v) && aligned(pool.ring_v);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -564,9 +583,9 @@ struct WindowTask {
 /// K chains of value sums of one dim d, for the slots `slot[i]`: every chain adds the
 /// keys of its row in ascending order (the common keys four at a time, then the rows' own
 /// ends one by one), as the chunk kernel's chains.
-template <int K>
+template <int K, class T>
 __device__ inline void window_value_chains(const AttentionShape& s, const AttentionBatch& b, const WindowTask& t,
-                                           int32_t kvh, int32_t group, int d, const int32_t* slot, const float* sv,
+                                           int32_t kvh, int32_t group, int d, const int32_t* slot, const T* sv,
                                            const float* sp) {
   const int32_t hd = s.head_dim;
   float acc[K];
@@ -581,8 +600,8 @@ __device__ inline void window_value_chains(const AttentionShape& s, const Attent
   int32_t jl = 0;
 #pragma unroll 4
   for (; jl + 4 <= t.count_min; jl += 4) {
-    const float v0 = sv[(jl + 0) * hd + d], v1 = sv[(jl + 1) * hd + d];
-    const float v2 = sv[(jl + 2) * hd + d], v3 = sv[(jl + 3) * hd + d];
+    const float v0 = kv_float(sv[(jl + 0) * hd + d]), v1 = kv_float(sv[(jl + 1) * hd + d]);
+    const float v2 = kv_float(sv[(jl + 2) * hd + d]), v3 = kv_float(sv[(jl + 3) * hd + d]);
 #pragma unroll
     for (int i = 0; i < K; ++i) {
       const float4 p = *reinterpret_cast<const float4*>(pr[i] + jl);
@@ -593,7 +612,7 @@ __device__ inline void window_value_chains(const AttentionShape& s, const Attent
     }
   }
   for (; jl < t.count_max; ++jl) {
-    const float vv = sv[jl * hd + d];
+    const float vv = kv_float(sv[jl * hd + d]);
 #pragma unroll
     for (int i = 0; i < K; ++i)
       if (jl < cnt[i]) acc[i] = fmaf(pr[i][jl], vv, acc[i]);
@@ -612,14 +631,14 @@ __device__ inline void window_value_chains(const AttentionShape& s, const Attent
 /// values [C][hd], the slots' queries [max_slots][hd], scores [max_slots][kScoreStride],
 /// two [max_slots][kWarps] reduction arrays. Writes the chunk records only; merged by
 /// attention_merge_kernel.
-template <int kDimLanes, bool kLean>
+template <int kDimLanes, bool kLean, class T>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots) {
   __shared__ int32_t grp_first[kStageMaxRows], grp_rows[kStageMaxRows], grp_task0[kStageMaxRows + 1];
   __shared__ int32_t grp_count;
-  __shared__ const float* krow[C];
-  __shared__ const float* vrow[C];
+  __shared__ const T* krow[C];
+  __shared__ const T* vrow[C];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // The batch's groups and their tasks (metadata only: before waiting for the kernel before).
   if (warp == 0) {
@@ -655,12 +674,13 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
   detail::begin_dependent_kernel();
 
   const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads, kvh = blockIdx.x;
-  float* sv = staged_values;          // [C][hd]
-  float* sq = sv + C * hd;            // [max_slots][hd]
+  T* sv = reinterpret_cast<T*>(staged_values);  // [C][hd] of the storage type (16-byte rows)
+  float* sq = reinterpret_cast<float*>(sv + C * hd);  // [max_slots][hd]
   float* sp = sq + max_slots * hd;    // [max_slots][kScoreStride]
   float* red = sp + max_slots * kScoreStride;  // [max_slots][kWarps]
   float* red2 = red + max_slots * kWarps;
-  const int quads = hd / 4;
+  constexpr int kVec = kVecElems<T>;
+  const int vecs = hd / kVec;
 
   for (int32_t task = blockIdx.y; task < tasks; task += gridDim.y) {
     int32_t gi = 0;
@@ -687,17 +707,12 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
     if (tid < t.count_max) {
       const int32_t j = t.j0 + tid;
       const int64_t head_off = int64_t{kvh} * hd;
-      if (j < w.prefix_len) {
-        pool_rows(pool, w, j, head_off, krow[tid], vrow[tid]);
-      } else {
-        const int64_t tok = int64_t{w.first_token} + (j - w.prefix_len);
-        krow[tid] = b.k + tok * b.ld_kv + head_off;
-        vrow[tid] = b.v + tok * b.ld_kv + head_off;
-      }
+      if (j < w.prefix_len) pool_rows(pool, w, j, head_off, krow[tid], vrow[tid]);
+      else window_rows(b, w, j, head_off, krow[tid], vrow[tid]);
     }
     __syncthreads();
-    for (int i = tid; i < t.count_max * quads; i += kFastThreads)
-      copy_async16(sv + i * 4, vrow[i / quads] + (i % quads) * 4);
+    for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
+      copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
 
     // Scores: a warp holds kKeys keys' K (lane l dims l, l+32, ...) and scores them against
     // 4 slots at a time: 32 dot products, each the chunk kernel's chain, then one
@@ -714,7 +729,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
         const int jl = warp + (pass * kPassKeys + u) * kFastWarps;
 #pragma unroll
         for (int d = 0; d < kDimLanes; ++d)
-          kreg[u][d] = jl < t.count_max && lane + 32 * d < hd ? krow[jl][lane + 32 * d] : 0.0f;
+          kreg[u][d] = jl < t.count_max && lane + 32 * d < hd ? kv_float(krow[jl][lane + 32 * d]) : 0.0f;
       }
       for (int sl0 = 0; sl0 < slots; sl0 += 4) {
         float v[kPassKeys * 4];
@@ -830,22 +845,23 @@ cudaError_t allow_dynamic_shared(Kernel* kernel, size_t bytes) {
 
 /// Whether a batch takes the window kernel: 2..kStageMaxRows rows whose values can be
 /// staged, head_dim 33..128 (the instantiated lanes), and the switch on.
+template <class T>
 bool use_window_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
-  return b.total_tokens >= 2 && can_stage(s, pool, b) && s.head_dim > 32 && s.head_dim <= 128 &&
+  return b.total_tokens >= 2 && can_stage<T>(s, pool, b) && s.head_dim > 32 && s.head_dim <= 128 &&
          window_path_mode() != 0;
 }
 
-template <int kDimLanes>
+template <int kDimLanes, class T>
 cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
                           cudaStream_t stream) {
   const int32_t group = s.num_heads / s.num_kv_heads;
   const int32_t rows_per_group = std::min(b.total_tokens, std::max(1, kWindowMaxSlots / group));
   const int32_t max_slots = rows_per_group * group;
-  const size_t bytes =
-      (size_t{C} * s.head_dim + size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps)) * sizeof(float);
+  const size_t bytes = size_t{C} * s.head_dim * sizeof(T) +
+                       size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps) * sizeof(float);
   const int mode = window_path_mode();
   const bool lean = mode == 2 || (mode < 0 && int64_t{s.num_kv_heads} * b.max_chunks >= kLeanMinBlocks);
-  auto* kernel = lean ? attention_window_kernel<kDimLanes, true> : attention_window_kernel<kDimLanes, false>;
+  auto* kernel = lean ? attention_window_kernel<kDimLanes, true, T> : attention_window_kernel<kDimLanes, false, T>;
   cudaError_t e = allow_dynamic_shared(kernel, bytes);
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
@@ -861,24 +877,28 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
                                          scratch);
 }
 
-template <int kDimLanes>
+template <int kDimLanes, class T>
 cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, dim3 grid,
                           uint16_t* outb, cudaStream_t stream) {
   // Value chains per thread: the group's heads over the threads that share a dim.
   const int span = s.head_dim < kFastThreads ? s.head_dim : kFastThreads;
   const int per_thread = (s.num_heads / s.num_kv_heads + kFastThreads / span - 1) / (kFastThreads / span);
-  auto* kernel = per_thread <= 1   ? attention_chunk_kernel<kDimLanes, 1>
-                 : per_thread <= 2 ? attention_chunk_kernel<kDimLanes, 2>
-                                   : attention_chunk_kernel<kDimLanes, kMaxGroup>;
-  const bool stage = can_stage(s, pool, b);
+  auto* kernel = per_thread <= 1   ? attention_chunk_kernel<kDimLanes, 1, T>
+                 : per_thread <= 2 ? attention_chunk_kernel<kDimLanes, 2, T>
+                                   : attention_chunk_kernel<kDimLanes, kMaxGroup, T>;
+  const bool stage = can_stage<T>(s, pool, b);
+  // C x head_dim floats whatever the storage type: the values take half of it in BF16, and
+  // the merging block's chunk weights all of it (the FP32 room: with BF16's half, rows of
+  // over 1,024 chunks at group 4 fell back to the slow per-output merge, 1.4x a 128K step).
   const size_t staged_bytes = stage ? size_t{C} * s.head_dim * sizeof(float) : 0;
   if (const cudaError_t e = allow_dynamic_shared(kernel, staged_bytes); e != cudaSuccess) return e;
   return detail::launch_dependent_shared(kernel, grid, dim3(kFastThreads), staged_bytes, stream, true, s, pool, b,
                                          outb, stage);
 }
 
-cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
-                           bool reference, cudaStream_t stream) {
+template <class T>
+cudaError_t attention_typed(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
+                            bool reference, cudaStream_t stream) {
   if (s.num_kv_heads <= 0 || s.num_heads % s.num_kv_heads != 0 || s.num_heads / s.num_kv_heads > kMaxGroup ||
       s.head_dim <= 0 || s.head_dim > kMaxHeadDim || b.max_chunks <= 0 || b.max_chunks > 65535)
     return cudaErrorInvalidValue;
@@ -887,24 +907,35 @@ cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const
   const dim3 fast_grid(s.num_kv_heads, b.max_chunks, b.total_tokens);
   cudaError_t e = cudaSuccess;
   if (reference) {
-    attention_chunk_reference_kernel<<<grid, kThreads, 0, stream>>>(s, pool, b);
+    attention_chunk_reference_kernel<T><<<grid, kThreads, 0, stream>>>(s, pool, b);
     e = cudaGetLastError();
-  } else if (use_window_path(s, pool, b)) {
+  } else if (use_window_path<T>(s, pool, b)) {
     // A verify window (or a few): each chunk's K/V loaded once for all its rows, merged by a
     // second kernel (the counters stay zero).
-    return s.head_dim <= 64 ? launch_window<2>(s, pool, b, outb, stream) : launch_window<4>(s, pool, b, outb, stream);
+    return s.head_dim <= 64 ? launch_window<2, T>(s, pool, b, outb, stream)
+                            : launch_window<4, T>(s, pool, b, outb, stream);
   } else if (s.head_dim <= 32) {
-    e = launch_chunks<1>(s, pool, b, fast_grid, outb, stream);
+    e = launch_chunks<1, T>(s, pool, b, fast_grid, outb, stream);
   } else if (s.head_dim <= 64) {
-    e = launch_chunks<2>(s, pool, b, fast_grid, outb, stream);
+    e = launch_chunks<2, T>(s, pool, b, fast_grid, outb, stream);
   } else if (s.head_dim <= 128) {
-    e = launch_chunks<4>(s, pool, b, fast_grid, outb, stream);
+    e = launch_chunks<4, T>(s, pool, b, fast_grid, outb, stream);
   } else {
-    e = launch_chunks<8>(s, pool, b, fast_grid, outb, stream);
+    e = launch_chunks<8, T>(s, pool, b, fast_grid, outb, stream);
   }
   if (e != cudaSuccess || (!reference && b.counters != nullptr)) return e;  // merged by the chunk kernel
   return detail::launch_dependent(attention_combine_kernel, dim3(s.num_heads, b.total_tokens), dim3(kThreads), stream,
                                   true, s, b, outb);
+}
+
+/// The kernels of the pool's storage type (attention.h: f32 or bf16).
+cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
+                           bool reference, cudaStream_t stream) {
+  switch (pool.dtype) {
+    case DType::f32: return attention_typed<float>(s, pool, b, outb, reference, stream);
+    case DType::bf16: return attention_typed<uint16_t>(s, pool, b, outb, reference, stream);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/cuda/attention_plan.h"
 
 namespace specpipe::cuda {
@@ -25,24 +26,32 @@ struct AttentionShape {
   float scale;           ///< usually 1 / sqrt(head_dim)
 };
 
-/// One layer's pool (FP32, kvstore/kv_tensors.h layout) and the batch's block tables.
-/// A table entry e >= 0 is pool block e; e < 0 is block ring_block_of(e) of the layer's
-/// ring slot (host-tier K/V the layer ring loaded, laid out like the pool: offload,
-/// model/cuda/device_ring.h). Only the addresses differ: the same keys give the same bits.
+/// One layer's pool (kvstore/kv_tensors.h layout, elements of `dtype`) and the batch's
+/// block tables. A table entry e >= 0 is pool block e; e < 0 is block ring_block_of(e) of
+/// the layer's ring slot (host-tier K/V the layer ring loaded, laid out like the pool:
+/// offload, model/cuda/device_ring.h). Only the addresses differ: the same keys give the
+/// same bits.
+///
+/// dtype f32 or bf16 (BF16 storage halves the K/V bytes read and moved; the kernels widen
+/// each element to FP32 exactly and accumulate in FP32, in the same order as for FP32
+/// storage). The pool, the ring slot and the batch's dense window K/V are all of it, so
+/// a key gives the same floats wherever it is read from: a row's bits stay independent
+/// of its window and batch.
 struct PagedPool {
-  const float* k;              ///< [slots, kv_heads, head_dim]; read
-  const float* v;              ///< same layout; read
-  int64_t slot_stride;         ///< floats per slot (kv_heads * head_dim)
+  const void* k;               ///< [slots, kv_heads, head_dim]; read
+  const void* v;               ///< same layout; read
+  int64_t slot_stride;         ///< elements per slot (kv_heads * head_dim)
   int32_t block_size;
   const int32_t* block_tables; ///< all windows' block tables, back to back; read
-  const float* ring_k = nullptr;  ///< the ring slot's K [ring blocks, block_size, kv_heads, head_dim]; read
-  const float* ring_v = nullptr;  ///< its V, same layout
+  const void* ring_k = nullptr;  ///< the ring slot's K [ring blocks, block_size, kv_heads, head_dim]; read
+  const void* ring_v = nullptr;  ///< its V, same layout
+  DType dtype = DType::f32;    ///< f32 or bf16: the elements of k, v, ring_k, ring_v and the batch's k, v
 };
 
 struct AttentionBatch {
   const float* q;  ///< [total_tokens, ld_q]: num_heads * head_dim used, RoPE applied; read
-  const float* k;  ///< [total_tokens, ld_kv]: the windows' own keys; read
-  const float* v;  ///< [total_tokens, ld_kv]: the windows' own values; read
+  const void* k;   ///< [total_tokens, ld_kv] of the pool's dtype: the windows' own keys; read
+  const void* v;   ///< [total_tokens, ld_kv] of the pool's dtype: the windows' own values; read
   float* out;      ///< [total_tokens, ld_out]: num_heads * head_dim written
   int64_t ld_q, ld_kv, ld_out;
   const AttentionWindowDesc* windows;  ///< [plan.windows.size()] in device memory; read
@@ -57,7 +66,8 @@ struct AttentionBatch {
 
 /// Enqueues the chunk kernel, and the combine kernel when batch.counters is null, on
 /// `stream`. Returns cudaErrorInvalidValue for an unsupported shape (head_dim > 256, a
-/// group over 16, heads not divisible, over 65,535 chunks), else the launch status.
+/// group over 16, heads not divisible, over 65,535 chunks) or a pool dtype other than
+/// f32 / bf16, else the launch status.
 cudaError_t attention(const AttentionShape& shape, const PagedPool& pool, const AttentionBatch& batch,
                       cudaStream_t stream);
 

@@ -167,10 +167,17 @@ __global__ void silu_gate_bf16_kernel(const float* gate, const float* up, int64_
 
 constexpr int kMaxHeadDim = 256;
 
+__device__ inline void store_kv(float* to, float x) { *to = x; }
+__device__ inline void store_kv(uint16_t* to, float x) { *to = f32_to_bf16_rne(x); }
+
+/// Dst: the slots' element type (float, or uint16_t BF16 bits); kDense: the K/V also go,
+/// as BF16, to the dense rows dense_k / dense_v (a BF16 store's window K/V).
+template <class Dst, bool kDense>
 __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, int64_t ld, int32_t num_heads,
                                        int32_t head_dim, const float* q_norm, const float* k_norm, float eps,
                                        const float* cos, const float* sin, const int32_t* positions,
-                                       const int64_t* slots, float* pool_k, float* pool_v, int64_t slot_stride) {
+                                       const int64_t* slots, Dst* pool_k, Dst* pool_v, int64_t slot_stride,
+                                       uint16_t* dense_k, uint16_t* dense_v, int64_t dense_ld) {
   detail::begin_dependent_kernel();
   __shared__ float scratch[kRowThreads / 32];
   __shared__ float buf[kMaxHeadDim];
@@ -200,13 +207,21 @@ __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, int64
     x[i] = ra;
     x[i + half] = rb;
     if (is_k) {
-      pool_k[slot_off + i] = ra;
-      pool_k[slot_off + i + half] = rb;
+      store_kv(pool_k + slot_off + i, ra);
+      store_kv(pool_k + slot_off + i + half, rb);
+      if constexpr (kDense) {
+        const int64_t at = row * dense_ld + int64_t{kh} * head_dim;
+        dense_k[at + i] = f32_to_bf16_rne(ra);
+        dense_k[at + i + half] = f32_to_bf16_rne(rb);
+      }
     }
   }
   if (is_k) {
     const float* vr = v + row * ld + int64_t{kh} * head_dim;
-    for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) pool_v[slot_off + i] = vr[i];
+    for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) {
+      store_kv(pool_v + slot_off + i, vr[i]);
+      if constexpr (kDense) dense_v[row * dense_ld + int64_t{kh} * head_dim + i] = f32_to_bf16_rne(vr[i]);
+    }
   }
 }
 
@@ -337,9 +352,30 @@ cudaError_t qk_norm_rope_kv(float* q, float* k, const float* v, int64_t ld, int3
   if (head_dim <= 0 || head_dim > kMaxHeadDim || head_dim % 2 != 0) return cudaErrorInvalidValue;
   if (rows <= 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads + num_kv_heads));
-  return detail::launch_dependent(qk_norm_rope_kv_kernel, grid, dim3(kRowThreads), stream, true, q, k, v, ld, num_heads,
-                                  head_dim, q_norm, k_norm, eps, cos, sin, positions, slots, pool_k, pool_v,
-                                  slot_stride);
+  return detail::launch_dependent(qk_norm_rope_kv_kernel<float, false>, grid, dim3(kRowThreads), stream, true, q, k,
+                                  v, ld, num_heads, head_dim, q_norm, k_norm, eps, cos, sin, positions, slots, pool_k,
+                                  pool_v, slot_stride, static_cast<uint16_t*>(nullptr),
+                                  static_cast<uint16_t*>(nullptr), int64_t{0});
+}
+
+cudaError_t qk_norm_rope_kv_bf16(float* q, float* k, const float* v, int64_t ld, int32_t num_heads,
+                                 int32_t num_kv_heads, int32_t head_dim, const float* q_norm, const float* k_norm,
+                                 float eps, const float* cos, const float* sin, const int32_t* positions,
+                                 const int64_t* slots, int64_t rows, void* rows_k, void* rows_v, bool rows_f32,
+                                 int64_t slot_stride, uint16_t* dense_k, uint16_t* dense_v, int64_t dense_ld,
+                                 cudaStream_t stream) {
+  if (head_dim <= 0 || head_dim > kMaxHeadDim || head_dim % 2 != 0) return cudaErrorInvalidValue;
+  if (rows <= 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(num_heads + num_kv_heads));
+  if (rows_f32)
+    return detail::launch_dependent(qk_norm_rope_kv_kernel<float, true>, grid, dim3(kRowThreads), stream, true, q, k,
+                                    v, ld, num_heads, head_dim, q_norm, k_norm, eps, cos, sin, positions, slots,
+                                    static_cast<float*>(rows_k), static_cast<float*>(rows_v), slot_stride, dense_k,
+                                    dense_v, dense_ld);
+  return detail::launch_dependent(qk_norm_rope_kv_kernel<uint16_t, true>, grid, dim3(kRowThreads), stream, true, q, k,
+                                  v, ld, num_heads, head_dim, q_norm, k_norm, eps, cos, sin, positions, slots,
+                                  static_cast<uint16_t*>(rows_k), static_cast<uint16_t*>(rows_v), slot_stride, dense_k,
+                                  dense_v, dense_ld);
 }
 
 cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, int64_t ld, int32_t* out, cudaStream_t stream) {

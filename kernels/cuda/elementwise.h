@@ -87,6 +87,19 @@ cudaError_t qk_norm_rope_kv(float* q, float* k, const float* v, int64_t ld, int3
                             const float* sin, const int32_t* positions, const int64_t* slots, int64_t rows,
                             float* pool_k, float* pool_v, int64_t slot_stride, cudaStream_t stream);
 
+/// The same for a BF16 K/V store: the rotated K rows and the V rows go, rounded to BF16
+/// (round to nearest even, as f32_to_bf16), to dense_k / dense_v ([rows, dense_ld] BF16
+/// bits: the window's own K/V that the attention reads) and to rows_k / rows_v at the
+/// rows' slots: BF16 bits (the pool), or with rows_f32 the FP32 values unrounded (a
+/// staging buffer whose rows kv_scatter rounds later to the same bits). q and k in
+/// place as above (FP32, unrounded).
+cudaError_t qk_norm_rope_kv_bf16(float* q, float* k, const float* v, int64_t ld, int32_t num_heads,
+                                 int32_t num_kv_heads, int32_t head_dim, const float* q_norm, const float* k_norm,
+                                 float eps, const float* cos, const float* sin, const int32_t* positions,
+                                 const int64_t* slots, int64_t rows, void* rows_k, void* rows_v, bool rows_f32,
+                                 int64_t slot_stride, uint16_t* dense_k, uint16_t* dense_v, int64_t dense_ld,
+                                 cudaStream_t stream);
+
 /// CPU reference: cpu::argmax. out[r] = index of the largest of logits[r, 0:vocab); the
 /// lowest index wins a tie. logits: [rows, ld] read; out: [rows] written.
 cudaError_t argmax(const float* logits, int64_t rows, int64_t vocab, int64_t ld, int32_t* out,

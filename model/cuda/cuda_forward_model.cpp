@@ -94,6 +94,13 @@ BlockCopier CudaForwardModel::block_copier() {
   return [model](int32_t src, int32_t dst) { model->queue_block_copy(src, dst); };
 }
 
+KeySummariser CudaForwardModel::key_summariser() {
+  CudaTransformer* model = model_.get();  // as block_copier's
+  return [model](std::span<const int32_t> blocks, float* kmax, float* kmin) {
+    model->summarise_key_blocks(blocks, kmax, kmin);
+  };
+}
+
 HostTierCopier CudaForwardModel::host_tier_copier() {
   CudaTransformer* model = model_.get();  // as block_copier's
   return {[model](int32_t pool_block, int32_t host_block) { model->queue_host_copy(true, pool_block, host_block); },

@@ -50,7 +50,10 @@ class CudaForwardModel final : public ForwardModel {
   HostTierCopier host_tier_copier() override;
   void enable_layer_ring(int32_t slots, bool overlap = true) override { model_->enable_layer_ring(slots, overlap); }
   RingStats ring_stats() const override { return model_->ring_stats(); }
+  DType kv_dtype() const override { return model_->kv_dtype(); }
   DeviceKvPool* device_kv_pool() override { return &pool_; }
+  /// On the device (CudaTransformer::summarise_key_blocks).
+  KeySummariser key_summariser() override;
   int32_t max_forward_tokens() const override { return model_->max_tokens(); }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;

@@ -18,6 +18,7 @@
 #include "model/cuda/device_weights.h"
 #include "model/cuda/forward_plan.h"
 #include "model/cuda/fused_step.h"
+#include "model/cuda/key_summaries.h"
 #include "model/cuda/transformer_state.h"
 
 namespace specpipe {
@@ -64,6 +65,8 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   if (c.head_dim > 256 || c.num_heads % c.num_kv_heads != 0 || c.num_heads / c.num_kv_heads > 16)
     fail(ErrorCode::unsupported, "CUDA forward: head_dim {} with {} heads over {} kv heads is not supported",
          c.head_dim, c.num_heads, c.num_kv_heads);
+  if (options_.kv_dtype != DType::f32 && options_.kv_dtype != DType::bf16)
+    fail(ErrorCode::invalid_argument, "CUDA forward: kv dtype {} (K/V are f32 or bf16)", dtype_name(options_.kv_dtype));
   options_.gemm = resolve_cuda_gemm(options_.gemm, c, options_.fused_step);
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   int least_priority = 0, greatest_priority = 0;
@@ -72,6 +75,7 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
                                         options_.high_priority_stream ? greatest_priority : least_priority),
            "cudaStreamCreate");
   cuda::TransformerState& d = *impl_;
+  d.kv_dtype = options_.kv_dtype;
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
   const int64_t qkvd = qd + 2 * kvd;
 
@@ -131,14 +135,18 @@ void CudaTransformer::allocate_kv_pool(int32_t kv_blocks, int32_t block_size) {
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
   const int64_t kvd = c.kv_dim();
   const int64_t M = options_.max_tokens;
-  // --- KV pool: per layer K then V, [num_blocks * block_size, kvd] floats each ---
-  const size_t layer_floats = static_cast<size_t>(kv_blocks) * static_cast<size_t>(block_size) * static_cast<size_t>(kvd);
-  d.pool.allocate(2 * layer_floats * sizeof(float) * static_cast<size_t>(c.num_layers), &device_bytes_);
+  // --- KV pool: per layer K then V, [num_blocks * block_size, kvd] elements of kv_dtype each ---
+  const size_t layer_bytes = static_cast<size_t>(kv_blocks) * static_cast<size_t>(block_size) *
+                             static_cast<size_t>(kvd) * dtype_size(d.kv_dtype);
+  d.pool.allocate(2 * layer_bytes * static_cast<size_t>(c.num_layers), &device_bytes_);
   cuda_try(cudaMemset(d.pool.as<void>(), 0, d.pool.bytes()), "pool memset");
   for (int32_t l = 0; l < c.num_layers; ++l) {
-    d.pool_k.push_back(d.pool.as<float>() + (2 * static_cast<size_t>(l)) * layer_floats);
-    d.pool_v.push_back(d.pool.as<float>() + (2 * static_cast<size_t>(l) + 1) * layer_floats);
+    unsigned char* base = d.pool.as<unsigned char>() + 2 * static_cast<size_t>(l) * layer_bytes;
+    d.pool_k.push_back(reinterpret_cast<float*>(base));
+    d.pool_v.push_back(reinterpret_cast<float*>(base + layer_bytes));
   }
+  if (d.kv_dtype == DType::bf16)
+    d.kv_dense.allocate(static_cast<size_t>(2 * M * kvd) * sizeof(uint16_t), &device_bytes_);
 
   // Attention split-K workspace: every query sees at most the pool's capacity of keys.
   const int64_t max_keys = std::min<int64_t>(int64_t{kv_blocks} * block_size, c.max_position_embeddings);
@@ -183,14 +191,64 @@ std::vector<std::string> CudaTransformer::gemm_algorithms() const {
 void CudaTransformer::read_pool(int32_t layer, std::vector<float>& k, std::vector<float>& v) {
   cuda::TransformerState& d = *impl_;
   const std::lock_guard stream_lock(d.stream_mutex);
-  const size_t floats = static_cast<size_t>(d.num_blocks) * static_cast<size_t>(d.block_size) *
-                        static_cast<size_t>(config_.kv_dim());
-  k.resize(floats);
-  v.resize(floats);
+  const size_t n = static_cast<size_t>(d.num_blocks) * static_cast<size_t>(d.block_size) *
+                   static_cast<size_t>(config_.kv_dim());
   apply_block_copies(nullptr);
   cuda_try(cudaStreamSynchronize(stream_), "sync");
-  cuda_try(cudaMemcpy(k.data(), d.pool_k.at(static_cast<size_t>(layer)), floats * sizeof(float), cudaMemcpyDeviceToHost), "pool read");
-  cuda_try(cudaMemcpy(v.data(), d.pool_v.at(static_cast<size_t>(layer)), floats * sizeof(float), cudaMemcpyDeviceToHost), "pool read");
+  // BF16 elements come back widened to floats (exact).
+  const auto read = [&](const void* pool, std::vector<float>& out) {
+    out.resize(n);
+    if (d.kv_dtype == DType::f32) {
+      cuda_try(cudaMemcpy(out.data(), pool, n * sizeof(float), cudaMemcpyDeviceToHost), "pool read");
+      return;
+    }
+    std::vector<uint16_t> bits(n);
+    cuda_try(cudaMemcpy(bits.data(), pool, n * sizeof(uint16_t), cudaMemcpyDeviceToHost), "pool read");
+    for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(bits[i]);
+  };
+  read(d.pool_k.at(static_cast<size_t>(layer)), k);
+  read(d.pool_v.at(static_cast<size_t>(layer)), v);
+}
+
+void CudaTransformer::summarise_key_blocks(std::span<const int32_t> blocks, float* kmax, float* kmin) {
+  cuda::TransformerState& d = *impl_;
+  if (d.kv_dtype != DType::f32)
+    fail(ErrorCode::unsupported, "CUDA block summaries: the K/V store is {}, the summaries read FP32 keys",
+         dtype_name(d.kv_dtype));
+  for (int32_t b : blocks)
+    if (b < 0 || b >= d.num_blocks)
+      fail(ErrorCode::invalid_argument, "CUDA block summaries: block {} outside the pool of {}", b, d.num_blocks);
+  if (blocks.empty()) return;
+  const int64_t kvd = config_.kv_dim(), n = static_cast<int64_t>(blocks.size());
+  const size_t ids_bytes = cuda::align_up(static_cast<size_t>(n) * 4, 256);
+  const size_t layer_floats = static_cast<size_t>(n * kvd);
+  const size_t bytes = ids_bytes + 2 * layer_floats * static_cast<size_t>(config_.num_layers) * sizeof(float);
+  const std::lock_guard stream_lock(d.stream_mutex);
+  settle_launched_chain();
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  apply_block_copies(nullptr);  // copy-on-write of a block first
+  if (bytes > d.summaries.bytes()) {
+    cuda_try(cudaStreamSynchronize(stream_), "sync");
+    d.summaries.allocate(bytes, &device_bytes_);
+  }
+  auto* ids = d.summaries.as<int32_t>();
+  float* out = reinterpret_cast<float*>(d.summaries.as<unsigned char>() + ids_bytes);
+  cuda_try(cudaMemcpyAsync(ids, blocks.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice, stream_),
+           "summary blocks upload");
+  for (int32_t l = 0; l < config_.num_layers; ++l)
+    cuda_try(cuda::key_block_summaries(d.pool_k[static_cast<size_t>(l)], kvd, d.block_size, static_cast<int32_t>(kvd),
+                                       ids, static_cast<int32_t>(n), out + 2 * l * layer_floats,
+                                       out + (2 * l + 1) * layer_floats, stream_),
+             "block summaries");
+  for (int32_t l = 0; l < config_.num_layers; ++l) {
+    cuda_try(cudaMemcpyAsync(kmax + l * layer_floats, out + 2 * l * layer_floats, layer_floats * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_),
+             "summaries to the host");
+    cuda_try(cudaMemcpyAsync(kmin + l * layer_floats, out + (2 * l + 1) * layer_floats, layer_floats * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_),
+             "summaries to the host");
+  }
+  cuda_try(cudaStreamSynchronize(stream_), "block summaries");
 }
 
 const float* CudaTransformer::staged_k(int32_t layer) const {
@@ -251,7 +309,8 @@ void CudaTransformer::write_slots(int32_t layer, const float* k, const float* v,
                              cudaMemcpyHostToDevice, stream_),
              "slots upload");
     cuda_try(cuda::kv_scatter(k + at * kvd, v + at * kvd, kvd, kvd, d.write_slots.as<int64_t>(), rows,
-                              d.pool_k[static_cast<size_t>(layer)], d.pool_v[static_cast<size_t>(layer)], kvd, stream_),
+                              d.pool_k[static_cast<size_t>(layer)], d.pool_v[static_cast<size_t>(layer)], kvd,
+                              d.kv_dtype, stream_),
              "write_slots scatter");
   }
 }
@@ -274,6 +333,10 @@ void CudaTransformer::setup_fused_step() {
        c.rms_norm_eps, d.embed, d.lm_head, d.final_norm, d.rope_cos, d.rope_sin, nullptr};
   if (const char* why = cuda::fused_step_unsupported(m, biases)) {
     d.fused_why = why;
+    return;
+  }
+  if (d.kv_dtype != DType::f32) {
+    d.fused_why = "the fused step reads an FP32 K/V pool; this one is BF16 (kv dtype)";
     return;
   }
   int32_t wanted = options_.fused_blocks;
@@ -366,7 +429,11 @@ void CudaTransformer::apply_block_copies(const HostKvTier* host) {
     const std::lock_guard lock(d.copies_mutex);
     copies.swap(d.copies);
   }
-  const size_t block_floats = static_cast<size_t>(d.block_size) * static_cast<size_t>(config_.kv_dim());
+  const size_t block_bytes = static_cast<size_t>(d.block_size) * static_cast<size_t>(config_.kv_dim()) *
+                            dtype_size(d.kv_dtype);
+  if (host && host->layout().dtype != d.kv_dtype)
+    fail(ErrorCode::invalid_argument, "CUDA forward: the host tier holds {} K/V, the pool {}",
+         dtype_name(host->layout().dtype), dtype_name(d.kv_dtype));
   for (size_t i = 0; i < copies.size();) {
     const auto [kind, src, dst] = copies[i];
     const bool host_side = kind != Kind::pool_to_pool;
@@ -386,13 +453,15 @@ void CudaTransformer::apply_block_copies(const HostKvTier* host) {
            dst + static_cast<int32_t>(n) < (kind == Kind::pool_to_host ? host->total_blocks() : d.num_blocks) &&
            src + static_cast<int32_t>(n) < (kind == Kind::pool_to_host ? d.num_blocks : host->total_blocks()))
       ++n;
-    const size_t bytes = n * block_floats * sizeof(float);
+    const size_t bytes = n * block_bytes;
     for (int32_t l = 0; l < config_.num_layers; ++l)
       for (const bool v : {false, true}) {
-        float* pool = v ? d.pool_v[static_cast<size_t>(l)] : d.pool_k[static_cast<size_t>(l)];
-        float* tier = !host_side ? pool : const_cast<float*>(v ? host->v(l) : host->k(l));
-        float* from = (kind == Kind::host_to_pool ? tier : pool) + static_cast<size_t>(src) * block_floats;
-        float* to = (kind == Kind::pool_to_host ? tier : pool) + static_cast<size_t>(dst) * block_floats;
+        const auto layer = static_cast<size_t>(l);
+        auto* pool = reinterpret_cast<unsigned char*>(v ? d.pool_v[layer] : d.pool_k[layer]);
+        auto* tier = !host_side ? pool
+                                : static_cast<unsigned char*>(const_cast<void*>(v ? host->v_data(l) : host->k_data(l)));
+        unsigned char* from = (kind == Kind::host_to_pool ? tier : pool) + static_cast<size_t>(src) * block_bytes;
+        unsigned char* to = (kind == Kind::pool_to_host ? tier : pool) + static_cast<size_t>(dst) * block_bytes;
         cuda_try(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, stream_), "pool block copy");
       }
     i += n;
@@ -471,6 +540,10 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   out.first_ = plan.first_logit_row;
   out.rows_ = plan.window_logit_rows;
   upload_plan(plan);
+  // SpecPV: partial views read each layer's own windows and tables; query taps get
+  // their windows' query rows back after the forward.
+  if (plan.views()) upload_views(plan);
+  const std::vector<cuda::QueryCopy> taps = query_copies(windows, plan);
 
   // The device side: every step (a graph per shape, or eagerly), then the copies back.
   // Offload: host-tier K/V stream through the layer ring, eagerly (the ring's copies and
@@ -480,13 +553,23 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   if (ring && !d.ring)
     fail(ErrorCode::invalid_argument,
          "CUDA forward: a sequence has K/V on the host tier but the model has no layer ring (enable_layer_ring)");
-  const bool use_graph = options_.graphs && plan.total_tokens <= options_.graph_max_tokens && !ring;
+  // A tapped forward runs eagerly (its copies land in host memory picked per forward).
+  const bool use_graph = options_.graphs && plan.total_tokens <= options_.graph_max_tokens && !ring && taps.empty();
   const int32_t max_chunks = attention_grid(plan, use_graph);
-  // Small forwards as the one fused kernel when it is on (not in staged rounds or timing studies).
-  const bool fused = d.fused_blocks > 0 && !stage && options_.timing_skip == 0 && !ring;
-  const cuda::StepSettings settings{options_.gemm,       fused,      stage,
-                                    options_.copy_logits, options_.max_tokens, max_chunks,
-                                    cuda::KernelSkip::from_mask(options_.timing_skip), ring ? d.ring.get() : nullptr};
+  // Small forwards as the one fused kernel when it is on (not in staged rounds, timing
+  // studies or SpecPV rounds: it reads the step's one table).
+  const bool fused =
+      d.fused_blocks > 0 && !stage && options_.timing_skip == 0 && !ring && !plan.views() && taps.empty();
+  cuda::StepSettings settings{options_.gemm,       fused,      stage,
+                              options_.copy_logits, options_.max_tokens, max_chunks,
+                              cuda::KernelSkip::from_mask(options_.timing_skip), ring ? d.ring.get() : nullptr};
+  if (plan.views()) {
+    settings.layer_meta = d.view_meta.as<unsigned char>();
+    settings.layer_stride = d.view_stride;
+    settings.layer_tables = cuda::view_tables_offset(plan);
+  }
+  settings.query_copies = taps.data();
+  settings.num_query_copies = static_cast<int32_t>(taps.size());
   if (use_graph) {
     d.graphs.launch(cuda::graph_key(plan, options_.copy_logits, options_.timing_skip), stream_,
                     [&] { enqueue_forward(plan, settings); });
@@ -509,6 +592,55 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   }
   cuda_try(cudaStreamSynchronize(stream_), "forward");
   read_results(plan, out);
+  const int64_t qd = c.q_dim();
+  size_t tap = 0;
+  for (const ForwardWindow& w : windows) {
+    if (!w.query_tap) continue;
+    const cuda::QueryCopy& qc = taps[tap++];
+    for (int32_t l = 0; l < c.num_layers; ++l) w.query_tap->on_queries(l, qc.host + int64_t{l} * qc.n * qd, qc.n, qd);
+  }
+}
+
+void CudaTransformer::upload_views(const cuda::ForwardPlan& plan) {
+  cuda::TransformerState& d = *impl_;
+  const size_t need = cuda::view_layer_bytes(plan);
+  const auto layers = static_cast<size_t>(config_.num_layers);
+  if (need > d.view_stride) {
+    // Graphs of view forwards bake the buffer and its stride: grow it rarely (doubling).
+    cuda_try(cudaStreamSynchronize(stream_), "sync");
+    d.graphs.clear();
+    const size_t stride = cuda::align_up(std::max(need, 2 * d.view_stride), 256);
+    d.view_meta.allocate(stride * layers, &device_bytes_);
+    d.view_meta_host.allocate(stride * layers);
+    d.view_stride = stride;
+  }
+  // The previous forward's uploads have completed (it ended with a sync).
+  cuda::pack_view_meta(plan, config_.num_layers, d.view_stride, {d.view_meta_host.as<unsigned char>(), d.view_meta_host.bytes()});
+  cuda_try(cudaMemcpyAsync(d.view_meta.as<unsigned char>(), d.view_meta_host.as<unsigned char>(), d.view_stride * layers,
+                           cudaMemcpyHostToDevice, stream_),
+           "view metadata upload");
+}
+
+std::vector<cuda::QueryCopy> CudaTransformer::query_copies(std::span<const ForwardWindow> windows,
+                                                           const cuda::ForwardPlan& plan) {
+  cuda::TransformerState& d = *impl_;
+  std::vector<cuda::QueryCopy> taps;
+  int64_t rows = 0;
+  for (size_t w = 0; w < windows.size(); ++w)
+    if (windows[w].query_tap) {
+      if (plan.chain) fail(ErrorCode::invalid_argument, "CUDA forward: a query tap on a greedy chain");
+      const cuda::AttentionWindowDesc& a = plan.attention.windows[w];
+      taps.push_back({a.first_token, a.n, nullptr});
+      rows += a.n;
+    }
+  const size_t bytes = static_cast<size_t>(rows * config_.num_layers * config_.q_dim()) * sizeof(float);
+  if (bytes > d.query_host.bytes()) d.query_host.allocate(bytes);  // the last forward has synced
+  float* at = d.query_host.as<float>();
+  for (cuda::QueryCopy& t : taps) {
+    t.host = at;
+    at += int64_t{t.n} * config_.num_layers * config_.q_dim();
+  }
+  return taps;
 }
 
 void CudaTransformer::upload_plan(const cuda::ForwardPlan& plan) {

@@ -40,6 +40,7 @@ namespace specpipe {
 namespace cuda {
 struct ForwardPlan;
 struct StepSettings;
+struct QueryCopy;
 struct TransformerState;
 }  // namespace cuda
 
@@ -99,6 +100,13 @@ struct CudaTransformerOptions {
   /// The model's stream gets the device's highest priority: its blocks are scheduled
   /// before those of other streams (a target verifying while its drafter drafts ahead).
   bool high_priority_stream = false;
+  /// Element type of the K/V store: the pool, the layer ring's slots, the host tier the
+  /// ring reads (its layout's dtype must match) and the window's own K/V as the attention
+  /// reads them. f32 (default) or bf16: half the bytes (a context twice as long in the
+  /// same memory, half the PCIe traffic offloaded); each K/V element rounded to BF16 once
+  /// when written, all arithmetic FP32 as before. Not with the fused step (refused, as
+  /// fused_step_refusal says).
+  DType kv_dtype = DType::f32;
 };
 
 class CudaTransformer {
@@ -122,6 +130,8 @@ class CudaTransformer {
   /// The KvStore layout matching the device pool: bookkeeping only (host tensors off,
   /// prefix cache off: turn it on with queue_block_copy as the store's BlockCopier).
   KvStoreConfig kv_config() const;
+  /// The K/V store's element type (options.kv_dtype): a host tier must be of it.
+  DType kv_dtype() const { return options_.kv_dtype; }
   /// Allocates the device KV pool when the constructor was given kv_blocks = 0 (sizing
   /// it from the memory the weights left free). Once only.
   void allocate_kv_pool(int32_t kv_blocks, int32_t block_size);
@@ -218,6 +228,13 @@ class CudaTransformer {
   /// slots[0..n) (host memory, each in [0, kv_blocks * block_size): checked).
   void write_slots(int32_t layer, const float* k, const float* v, const int64_t* slots, int64_t n);
 
+  /// SpecPV block summaries (model/cuda/key_summaries.h): for every layer l and full pool
+  /// block blocks[b], the element-wise max and min of its keys go to kmax / kmin (host
+  /// memory, [layers][blocks.size()][kv_dim] floats): computed on the device, only the
+  /// summaries come back. After the queued block copies; waits for the stream. Block ids
+  /// outside the pool: Error(invalid_argument).
+  void summarise_key_blocks(std::span<const int32_t> blocks, float* kmax, float* kmin);
+
   /// Copies the device pool of `layer` to the host ([slots, kv_heads * head_dim] floats
   /// each for K and V), for checks.
   void read_pool(int32_t layer, std::vector<float>& k, std::vector<float>& v);
@@ -236,6 +253,12 @@ class CudaTransformer {
            bool defer = false);
   /// Packs the plan's metadata into the pinned buffer and enqueues its upload.
   void upload_plan(const cuda::ForwardPlan& plan);
+  /// SpecPV: the same for a view forward's per-layer windows and tables (growing the
+  /// buffer, and dropping the graphs, when its stride is short).
+  void upload_views(const cuda::ForwardPlan& plan);
+  /// SpecPV: where each query-tapped window's rows of every layer land (pinned memory,
+  /// grown as needed), in window order.
+  std::vector<cuda::QueryCopy> query_copies(std::span<const ForwardWindow> windows, const cuda::ForwardPlan& plan);
   /// Attention's chunk grid for the plan: the pool's capacity when graphed, else the
   /// plan's own (growing the split-K workspace, and dropping the graphs, when it is short).
   int32_t attention_grid(const cuda::ForwardPlan& plan, bool use_graph);

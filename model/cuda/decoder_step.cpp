@@ -31,6 +31,7 @@ void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const
   const int64_t qkvd = qd + 2 * kvd;
   const float eps = c.rms_norm_eps;
   const bool skip_rest = s.skip.rest, skip_attention = s.skip.attention, skip_gemms = s.skip.gemms;
+  const bool bf16_kv = d.kv_dtype == DType::bf16;
   const int32_t rows_total = m.total;
   if (s.fused && rows_total <= kFusedMaxRows) {
     const FusedStep step{m.tokens, m.pos, m.slots, m.tw, m.win, m.bt, m.lr, rows_total, m.logit_rows,
@@ -62,17 +63,38 @@ void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const
     // staging buffer (the window's attention reads them from qkv either way).
     float* rows_k = s.stage ? d.stage_rows(l, false, s.max_tokens, kvd) : d.pool_k[static_cast<size_t>(l)];
     float* rows_v = s.stage ? d.stage_rows(l, true, s.max_tokens, kvd) : d.pool_v[static_cast<size_t>(l)];
-    if (!skip_rest)
+    // A BF16 store: the window's K/V also go, rounded, to the dense BF16 rows the
+    // attention reads, so a key gives the same floats from the window as from the pool.
+    uint16_t* dense = bf16_kv ? d.kv_dense.as<uint16_t>() : nullptr;
+    if (!skip_rest && bf16_kv)
+      cuda_try(qk_norm_rope_kv_bf16(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
+                                    c.qk_norm ? w.q_norm : nullptr, c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos,
+                                    d.rope_sin, m.pos, m.slots, rows_total, rows_k, rows_v, /*rows_f32=*/s.stage, kvd,
+                                    dense, dense + kvd, 2 * kvd, st),
+               "qk norm, rope, kv scatter (bf16)");
+    else if (!skip_rest)
       cuda_try(qk_norm_rope_kv(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim, c.qk_norm ? w.q_norm : nullptr,
                                c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total,
                                rows_k, rows_v, kvd, st),
                "qk norm, rope, kv scatter");
     // Offload: the stream waits for this layer's ring slot as late as it can (the GEMM
     // above overlapped its load), and the slot's next load follows the attention.
-    const RingSlot ring = s.ring ? s.ring->acquire(l) : RingSlot{nullptr, nullptr};
-    const PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, d.block_size, m.bt,
-                         ring.k, ring.v};
-    const AttentionBatch batch{q,    k,     v,          d.attn, qkvd, qkvd, qd, m.win, m.tw, rows_total,
+    const DeviceRingSlot ring = s.ring ? s.ring->acquire(l) : DeviceRingSlot{nullptr, nullptr};
+    // SpecPV: this layer's partial views (its own windows and block tables).
+    const unsigned char* lm = s.layer_meta ? s.layer_meta + static_cast<size_t>(l) * s.layer_stride : nullptr;
+    const auto* win = lm ? reinterpret_cast<const AttentionWindowDesc*>(lm) : m.win;
+    const auto* bt = lm ? reinterpret_cast<const int32_t*>(lm + s.layer_tables) : m.bt;
+    for (int32_t t = 0; t < s.num_query_copies; ++t) {
+      const QueryCopy& qc = s.query_copies[t];
+      cuda_try(cudaMemcpy2DAsync(qc.host + int64_t{l} * qc.n * qd, qd * sizeof(float), q + qc.first_row * qkvd,
+                                 qkvd * sizeof(float), qd * sizeof(float), qc.n, cudaMemcpyDeviceToHost, st),
+               "query rows to the host");
+    }
+    const PagedPool pool{d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)], kvd, d.block_size, bt,
+                         ring.k, ring.v, d.kv_dtype};
+    const AttentionBatch batch{q,    bf16_kv ? static_cast<const void*>(dense) : k,
+                               bf16_kv ? static_cast<const void*>(dense + kvd) : v,
+                               d.attn, qkvd, bf16_kv ? 2 * kvd : qkvd, qd, win, m.tw, rows_total,
                                s.max_chunks, d.workspace.as<float>(), d.attention_counters.as<uint32_t>()};
     if (!skip_rest && !skip_attention) cuda_try(attention_bf16(shape, pool, batch, d.xb, st), "attention");
     if (s.ring) s.ring->release(l);

@@ -40,21 +40,22 @@ void DeviceLayerRing::begin(const HostKvTier& tier, std::span<const int32_t> hos
     if (!runs_.empty() && runs_.back().host_first + runs_.back().blocks == block) ++runs_.back().blocks;
     else runs_.push_back({static_cast<int32_t>(i), block, 1});
   }
-  const int64_t need = static_cast<int64_t>(host_blocks.size()) * tier.block_floats();
-  if (need > slot_floats_) {
+  const int64_t need = static_cast<int64_t>(host_blocks.size()) * tier.block_tensor_bytes();
+  if (need > slot_bytes_) {
     // Grown by half again, so a sequence growing into the host tier a block at a time
     // does not reallocate each forward; the old slots may still be read: wait first.
-    const int64_t floats = std::max(need, slot_floats_ + slot_floats_ / 2);
+    const int64_t bytes = std::max(need, slot_bytes_ + slot_bytes_ / 2);
     cuda_try(cudaStreamSynchronize(compute_), "layer ring: wait before growing");
     copies_.synchronize();
     memory_.reset();
-    memory_.allocate(static_cast<size_t>(2 * int64_t{slots_} * floats) * sizeof(float));
-    slot_floats_ = floats;
+    slot_bytes_ = 0;
+    memory_.allocate(static_cast<size_t>(2 * int64_t{slots_} * bytes));
+    slot_bytes_ = bytes;
   }
   std::fill(slot_layer_.begin(), slot_layer_.end(), -1);
   tier_ = &tier;
   num_layers_ = num_layers;
-  bytes_per_layer_ = 2 * need * static_cast<int64_t>(sizeof(float));
+  bytes_per_layer_ = 2 * need;
   active_ = true;
   ++stats_.forwards;
   for (int32_t layer = 0; layer < std::min(slots_, num_layers); ++layer) queue_load(layer);
@@ -64,15 +65,17 @@ void DeviceLayerRing::queue_load(int32_t layer) {
   const int32_t slot = layer % slots_;
   slot_layer_[static_cast<size_t>(slot)] = layer;
   loaded_[static_cast<size_t>(slot)] = copies_.enqueue([this, layer, slot] {
-    const int64_t block_floats = tier_->block_floats();
+    const int64_t block_bytes = tier_->block_tensor_bytes();
     const cudaStream_t stream = copies_.stream();
+    const auto* k = static_cast<const unsigned char*>(tier_->k_data(layer));
+    const auto* v = static_cast<const unsigned char*>(tier_->v_data(layer));
     for (const Run& r : runs_) {
-      const size_t bytes = static_cast<size_t>(r.blocks * block_floats) * sizeof(float);
-      cuda_try(cudaMemcpyAsync(slot_k(slot) + r.ring_first * block_floats, tier_->k(layer) + r.host_first * block_floats,
-                               bytes, cudaMemcpyHostToDevice, stream),
+      const auto bytes = static_cast<size_t>(r.blocks * block_bytes);
+      cuda_try(cudaMemcpyAsync(slot_k(slot) + r.ring_first * block_bytes, k + r.host_first * block_bytes, bytes,
+                               cudaMemcpyHostToDevice, stream),
                "layer ring: K load");
-      cuda_try(cudaMemcpyAsync(slot_v(slot) + r.ring_first * block_floats, tier_->v(layer) + r.host_first * block_floats,
-                               bytes, cudaMemcpyHostToDevice, stream),
+      cuda_try(cudaMemcpyAsync(slot_v(slot) + r.ring_first * block_bytes, v + r.host_first * block_bytes, bytes,
+                               cudaMemcpyHostToDevice, stream),
                "layer ring: V load");
     }
   });
@@ -80,7 +83,7 @@ void DeviceLayerRing::queue_load(int32_t layer) {
   stats_.bytes_loaded += bytes_per_layer_;
 }
 
-RingSlot DeviceLayerRing::acquire(int32_t layer) {
+DeviceRingSlot DeviceLayerRing::acquire(int32_t layer) {
   if (!active_ || layer < 0 || layer >= num_layers_)
     fail(ErrorCode::invalid_argument, "layer ring: acquire of layer {} outside an open forward of {} layers", layer,
          num_layers_);

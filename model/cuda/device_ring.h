@@ -2,7 +2,8 @@
 /// The layer ring on a CUDA device (issue 16 item 4; kvstore/layer_ring.h is the CPU
 /// twin): N layer slots in device memory through which a forward's attention reads the
 /// host-tier K/V of its sequences. Each slot is laid out like the pool
-/// ([ring blocks, block_size, kv_heads, head_dim] float32, K and V), ring block i
+/// ([ring blocks, block_size, kv_heads, head_dim] of the tier's dtype, K and V: FP32 or
+/// BF16, copied as bytes), ring block i
 /// holding host tier block host_blocks[i] (forward_plan.h's ring_host_blocks), so the
 /// attention kernels read it through the block table (ring_table_entry) with the same
 /// arithmetic as pool blocks: the same bits as with everything on the GPU.
@@ -35,6 +36,12 @@
 
 namespace specpipe::cuda {
 
+/// A slot's K and V on the device, elements of the host tier's dtype.
+struct DeviceRingSlot {
+  const void* k;
+  const void* v;
+};
+
 class DeviceLayerRing {
  public:
   /// `slots` >= 2, else Error(invalid_argument) (as LayerRing's). Memory comes at begin().
@@ -57,7 +64,7 @@ class DeviceLayerRing {
   bool active() const { return active_; }
   /// The compute stream waits for layer `layer`'s load (layers in ascending order); its
   /// slot's K and V.
-  RingSlot acquire(int32_t layer);
+  DeviceRingSlot acquire(int32_t layer);
   /// Every reader of layer `layer`'s slot is enqueued: its next load may follow them.
   void release(int32_t layer);
   /// Ends the forward (the compute stream has waited for every load it read).
@@ -76,14 +83,14 @@ class DeviceLayerRing {
     int32_t ring_first, host_first, blocks;
   };
   void queue_load(int32_t layer);
-  float* slot_k(int32_t slot) const { return memory_.as<float>() + 2 * int64_t{slot} * slot_floats_; }
-  float* slot_v(int32_t slot) const { return slot_k(slot) + slot_floats_; }
+  unsigned char* slot_k(int32_t slot) const { return memory_.as<unsigned char>() + 2 * int64_t{slot} * slot_bytes_; }
+  unsigned char* slot_v(int32_t slot) const { return slot_k(slot) + slot_bytes_; }
 
   int32_t slots_;
   cudaStream_t compute_;
   CudaCopyStream copies_;
   DeviceBuffer memory_;       // [slots][K, V][capacity blocks, block_size, kv_heads, head_dim]
-  int64_t slot_floats_ = 0;   // one slot's K (or V)
+  int64_t slot_bytes_ = 0;    // one slot's K (or V)
   std::vector<CopyStream::Ticket> loaded_;  // per slot: its load's ticket
   std::vector<int32_t> slot_layer_;         // per slot: the layer loaded or loading
   const HostKvTier* tier_ = nullptr;

@@ -41,7 +41,13 @@ struct TransformerState {
   uint16_t* lm_head = nullptr;
   float* final_norm = nullptr;
   float *rope_cos = nullptr, *rope_sin = nullptr;
+  // Each layer's pool K and V: elements of kv_dtype (FP32, or BF16 bits behind the float*;
+  // only FP32 code may read them as floats).
   std::vector<float*> pool_k, pool_v;
+  DType kv_dtype = DType::f32;
+  // BF16 store: the forward's window K/V as the attention reads them ([max_tokens, 2 *
+  // kv_dim] BF16 bits, K then V; qk_norm_rope_kv_bf16 writes it a layer at a time).
+  DeviceBuffer kv_dense;
   // scratch
   float *x = nullptr, *h = nullptr, *qkv = nullptr, *attn = nullptr, *gu = nullptr, *tmp = nullptr,
         *logits = nullptr;
@@ -77,6 +83,15 @@ struct TransformerState {
     const int64_t layer_floats = max_tokens * kvd;
     return stage.as<float>() + (2 * int64_t{layer} + (v ? 1 : 0)) * layer_floats;
   }
+
+  // SpecPV partial views: each layer's attention windows and block tables (forward_plan.h,
+  // pack_view_meta), layer l at l * view_stride; the stride only grows (graphs bake it).
+  // Query taps: the tapped windows' query rows of every layer, copied back (QueryCopy).
+  DeviceBuffer view_meta;
+  PinnedBuffer view_meta_host, query_host;
+  size_t view_stride = 0;
+  // Block summaries (key_summaries.h): the block ids, then each layer's Kmax and Kmin.
+  DeviceBuffer summaries;
 
   // The fused step (options.fused_step; model/cuda/fused_step.h), set up with the pool:
   // its layer table on the device, its scratch, its grid (0: not served, fused_why says why).

@@ -50,6 +50,29 @@ TEST(HostKvTier, HoldsTheBlocksItsBytesHold) {
   EXPECT_EQ(tier.k(1) - tier.k(0), 2 * 10 * tier.block_floats());
 }
 
+TEST(HostKvTier, Bf16TierHalvesTheBytesAndRefusesFloatAccess) {
+  HostTierLayout l = layout();
+  l.dtype = DType::bf16;
+  EXPECT_EQ(HostKvTier::block_bytes(l), 384);  // half the f32 tier's 768
+  HostKvTier tier(l, 10 * 384);
+  EXPECT_EQ(tier.total_blocks(), 10);
+  EXPECT_EQ(tier.element_bytes(), 2);
+  EXPECT_EQ(static_cast<const char*>(tier.v_data(0)) - static_cast<const char*>(tier.k_data(0)),
+            10 * tier.block_tensor_bytes());
+  EXPECT_EQ(static_cast<const char*>(tier.k_data(1)) - static_cast<const char*>(tier.k_data(0)),
+            2 * 10 * tier.block_tensor_bytes());
+  // Its elements are not floats: the float view is one clear error.
+  try {
+    tier.k(0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_TRUE(contains(e.what(), "its K/V are BF16, not F32")) << e.what();
+  }
+  l.dtype = DType::i32;
+  EXPECT_THROW(HostKvTier::block_bytes(l), Error);
+}
+
 TEST(HostKvTier, TooFewBytesAndBadLayoutsAreRefused) {
   try {
     HostKvTier tier(layout(), 767);

@@ -144,6 +144,7 @@ const BadConfig kBadConfigs[] = {
   {"KvTokensNotAuto", "kv: {tokens: automatic}", "kv.tokens", "expected an integer, got \"automatic\""},
   {"KvMemoryFractionZero", "kv: {memory_fraction: 0}", "kv.memory_fraction", "0 is out of range (0, 1]"},
   {"KvMemoryFractionAboveOne", "kv: {memory_fraction: 1.5}", "kv.memory_fraction", "out of range (0, 1]"},
+  {"KvDtypeUnknown", "kv: {dtype: fp16}", "kv.dtype", "unknown value \"fp16\" (known: fp32, bf16)"},
   // Not finite.
   {"NaN", "defaults: {temperature: .nan}", "defaults.temperature", ".nan is not a finite number"},
   {"NaNCapitalised", "defaults: {top_p: .NaN}", "defaults.top_p", ".NaN is not a finite number"},

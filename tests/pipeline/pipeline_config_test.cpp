@@ -134,6 +134,13 @@ TEST(PipelineConfig, KvTokensAutoSurvivesTheRoundTrip) {
   expect_same(parse_pipeline_config(pipeline_config_to_yaml(c), "emitted.yaml"), c);
 }
 
+TEST(PipelineConfig, KvDtypeBf16SurvivesTheRoundTrip) {
+  EXPECT_EQ(parse_pipeline_config("device: cuda:0", "d.yaml").kv.dtype, "fp32");
+  const PipelineConfig c = parse_pipeline_config("device: cuda:0\nkv: {dtype: bf16}", "bf16.yaml");
+  EXPECT_EQ(c.kv.dtype, "bf16");
+  expect_same(parse_pipeline_config(pipeline_config_to_yaml(c), "emitted.yaml"), c);
+}
+
 TEST(PipelineConfig, RelativeModelDirectoriesResolveAgainstTheFile) {
   const fs::path dir = test::scratch_dir("config-paths");
   fs::create_directories(dir / "configs" / "my-target");

@@ -3,6 +3,10 @@
 #include "tests/support/test_paths.h"
 
 #include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "tests/support/golden.h"
 
 namespace specpipe::test {
 
@@ -15,7 +19,32 @@ PipelineConfig demo_engine_config(int32_t gamma, int32_t block_size) {
   c.kv.tokens = 32768;
   // The GPU machine runs the same engine suites on its device (tools/gpu/engine_check.sh).
   if (const char* device = std::getenv("SPECPIPE_TEST_DEVICE"); device && *device) c.device = device;
+  // ... and with a BF16 K/V store there (SPECPIPE_TEST_KV_DTYPE=bf16): exact against the
+  // golden tokens as with FP32 wherever the suites compare tokens.
+  if (const char* dtype = std::getenv("SPECPIPE_TEST_KV_DTYPE"); dtype && *dtype) c.kv.dtype = dtype;
   return c;
+}
+
+bool kv_bf16() {
+  const char* dtype = std::getenv("SPECPIPE_TEST_KV_DTYPE");
+  return dtype && std::string(dtype) == "bf16";
+}
+
+std::vector<int32_t> expected_greedy(const nlohmann::json& golden_case) {
+  if (!kv_bf16()) return ids(golden_case["target_greedy_96"]);
+  static std::mutex mutex;
+  static std::map<std::vector<int32_t>, std::vector<int32_t>> plain;  // prompt -> tokens
+  static std::unique_ptr<actors::Engine> engine;
+  const std::vector<int32_t> prompt = ids(golden_case["prompt_ids"]);
+  const std::lock_guard lock(mutex);
+  if (const auto it = plain.find(prompt); it != plain.end()) return it->second;
+  if (!engine) {
+    PipelineConfig c = demo_engine_config();
+    c.drafter.type = DrafterKind::none;
+    engine = std::make_unique<actors::Engine>(c);
+  }
+  const actors::Completion got = engine->generate(greedy_request(prompt, 96));
+  return plain[prompt] = got.tokens;
 }
 
 std::shared_ptr<actors::ResponseSink> Completions::sink() {

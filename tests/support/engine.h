@@ -5,6 +5,8 @@
 #include <mutex>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "actors/engine.h"
 
 namespace specpipe::test {
@@ -27,5 +29,15 @@ class Completions {
 
 /// A greedy request for `max_tokens` tokens that ignores EOS (as the golden data does).
 actors::RequestSpec greedy_request(std::vector<int32_t> prompt, int32_t max_tokens, int32_t gamma = -1);
+
+/// Whether the suites run with a BF16 K/V store (SPECPIPE_TEST_KV_DTYPE=bf16 on a GPU).
+bool kv_bf16();
+
+/// The 96 greedy tokens an engine must produce for the golden case `golden_case`: the
+/// reference's (target_greedy_96), or with a BF16 K/V store plain greedy decoding of the
+/// same store (a plain engine of demo_engine_config, computed once per case): rounding
+/// the keys and values moves some tokens off the FP32 reference, and speculation, offload
+/// and batching must still give exactly plain decoding's tokens.
+std::vector<int32_t> expected_greedy(const nlohmann::json& golden_case);
 
 }  // namespace specpipe::test

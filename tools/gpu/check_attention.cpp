@@ -21,6 +21,15 @@ constexpr int32_t kBlockSize = 16;
 int64_t g_bf16_mismatches = 0;  // attention_bf16 vs f32_to_bf16(attention), over every gpu_attention call
 int64_t g_bf16_runs = 0;
 int64_t g_ref_mismatches = 0;  // attention vs attention_reference (the first kernel), bits
+// BF16 K/V storage: attention over a BF16 pool and window vs the FP32 kernels over the same
+// values widened to floats (exact), and vs the BF16 reference kernel: bits, every launch.
+int64_t g_kv_bf16_mismatches = 0, g_kv_bf16_ref_mismatches = 0;
+
+std::vector<float> widen(const std::vector<uint16_t>& b) {
+  std::vector<float> x(b.size());
+  for (size_t i = 0; i < b.size(); ++i) x[i] = bf16_to_f32(b[i]);
+  return x;
+}
 
 /// A layer's pool with some sequences in it, on the host and the device.
 struct PoolFixture {
@@ -34,9 +43,17 @@ struct PoolFixture {
       : kv_heads(kv), head_dim(hd), stride(int64_t{kv} * hd),
         k(random_floats(static_cast<size_t>(blocks) * kBlockSize * stride, seed)),
         v(random_floats(static_cast<size_t>(blocks) * kBlockSize * stride, seed + 1)) {}
+  // The same pool as BF16 bits (bk, bv) and those widened back to floats (rk, rv).
+  DeviceBuffer<uint16_t> bk, bv;
+  DeviceBuffer<float> rk, rv;
   void upload() {
     dk = DeviceBuffer<float>(k);
     dv = DeviceBuffer<float>(v);
+    const auto kb = to_bf16(k), vb = to_bf16(v);
+    bk = DeviceBuffer<uint16_t>(kb);
+    bv = DeviceBuffer<uint16_t>(vb);
+    rk = DeviceBuffer<float>(widen(kb));
+    rv = DeviceBuffer<float>(widen(vb));
   }
   /// A block table for `positions` positions, its blocks taken in a shuffled order.
   std::vector<int32_t> table(int32_t positions, uint32_t seed) {
@@ -104,6 +121,33 @@ std::vector<float> gpu_attention(const cuda::AttentionShape& s, PoolFixture& poo
   CUDA_OK(cuda::attention_reference(s, p, bref, stream));
   const auto ref = dref.download();
   for (size_t i = 0; i < out.size(); ++i) g_ref_mismatches += std::memcmp(&ref[i], &out[i], sizeof(float)) != 0;
+
+  // BF16 storage: the pool and the window's K/V as BF16 bits; the FP32 kernels over the
+  // same values widened must give the same bits (the BF16 kernels widen exactly, then run
+  // the FP32 arithmetic), and so must the BF16 reference kernel.
+  const auto kb = to_bf16(k), vb = to_bf16(v);
+  DeviceBuffer<uint16_t> dkb(kb), dvb(vb);
+  DeviceBuffer<float> dkr(widen(kb)), dvr(widen(vb)), dout_r(out.size()), dout_b(out.size()), dout_bref(out.size());
+  const cuda::PagedPool pr{pool.rk.get(), pool.rv.get(), pool.stride, kBlockSize, dtables.get()};
+  cuda::PagedPool pb{pool.bk.get(), pool.bv.get(), pool.stride, kBlockSize, dtables.get()};
+  pb.dtype = DType::bf16;
+  cuda::AttentionBatch br = b, bb = b;
+  br.k = dkr.get();
+  br.v = dvr.get();
+  br.out = dout_r.get();
+  bb.k = dkb.get();
+  bb.v = dvb.get();
+  bb.out = dout_b.get();
+  CUDA_OK(cuda::attention(s, pr, br, stream));
+  CUDA_OK(cuda::attention(s, pb, bb, stream));
+  bb.out = dout_bref.get();
+  bb.counters = nullptr;
+  CUDA_OK(cuda::attention_reference(s, pb, bb, stream));
+  const auto out_r = dout_r.download(), out_b = dout_b.download(), out_bref = dout_bref.download();
+  for (size_t i = 0; i < out.size(); ++i) {
+    g_kv_bf16_mismatches += std::memcmp(&out_r[i], &out_b[i], sizeof(float)) != 0;
+    g_kv_bf16_ref_mismatches += std::memcmp(&out_bref[i], &out_b[i], sizeof(float)) != 0;
+  }
   return out;
 }
 
@@ -306,6 +350,10 @@ void check_attention(Report& report, cudaStream_t stream, const Options& options
                      fmt::format("{} launches compared", g_bf16_runs));
   report.exact_count("attention == attention_reference (first kernel) bitwise", g_ref_mismatches,
                      fmt::format("{} launches compared", g_bf16_runs));
+  report.exact_count("attention over a BF16 K/V store == the FP32 kernels over the same values, bitwise",
+                     g_kv_bf16_mismatches, fmt::format("{} launches compared", g_bf16_runs));
+  report.exact_count("attention over a BF16 K/V store == attention_reference over it, bitwise",
+                     g_kv_bf16_ref_mismatches, fmt::format("{} launches compared", g_bf16_runs));
   if (options.timing) time_attention(report, stream);
 }
 

@@ -250,7 +250,7 @@ void check_fused(Report& report, cudaStream_t stream) {
       CUDA_OK(cuda::rope(dcos.get(), dsin.get(), sh.hd, dpos.get(), rows, q, ld, sh.heads, stream));
       CUDA_OK(cuda::rope(dcos.get(), dsin.get(), sh.hd, dpos.get(), rows, k, ld, sh.kv, stream));
       CUDA_OK(cuda::kv_scatter(k, a.get() + qd + kvd, ld, kvd, dslots.get(), static_cast<int32_t>(rows), ak.get(),
-                               av.get(), kvd, stream));
+                               av.get(), kvd, DType::f32, stream));
       CUDA_OK(cuda::qk_norm_rope_kv(b.get(), b.get() + qd, b.get() + qd + kvd, ld, sh.heads, sh.kv, sh.hd,
                                     norm ? dqw.get() : nullptr, norm ? dkw.get() : nullptr, eps, dcos.get(),
                                     dsin.get(), dpos.get(), dslots.get(), rows, bk.get(), bv.get(), kvd, stream));
@@ -259,6 +259,33 @@ void check_fused(Report& report, cudaStream_t stream) {
       report.exact_count(fmt::format("fused qk_norm_rope_kv heads {} kv {} hd {}{} bitwise", sh.heads, sh.kv, sh.hd,
                                      norm ? " qk-norm" : ""),
                          diff);
+      // A BF16 store: the pool slots and the dense window rows get f32_to_bf16 of the same
+      // K/V, q and k in place as above.
+      {
+        std::vector<uint16_t> pool_b(pool.size());
+        for (size_t i = 0; i < pool.size(); ++i) pool_b[i] = f32_to_bf16(pool[i]);
+        DeviceBuffer<float> c(qkv);
+        DeviceBuffer<uint16_t> ck(pool_b), cv(pool_b), dense(static_cast<size_t>(rows * 2 * kvd));
+        CUDA_OK(cuda::qk_norm_rope_kv_bf16(c.get(), c.get() + qd, c.get() + qd + kvd, ld, sh.heads, sh.kv, sh.hd,
+                                           norm ? dqw.get() : nullptr, norm ? dkw.get() : nullptr, eps, dcos.get(),
+                                           dsin.get(), dpos.get(), dslots.get(), rows, ck.get(), cv.get(), false,
+                                           kvd, dense.get(), dense.get() + kvd, 2 * kvd, stream));
+        const std::vector<float> want = a.download();
+        const std::vector<uint16_t> gk = ck.download(), gv = cv.download(), gd = dense.download();
+        const auto wk = ak.download(), wv = av.download();
+        int64_t wrong = count_diff(c.download(), want);
+        for (size_t i = 0; i < gk.size(); ++i) wrong += (gk[i] != f32_to_bf16(wk[i])) + (gv[i] != f32_to_bf16(wv[i]));
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t e = 0; e < kvd; ++e) {
+            wrong +=
+                gd[static_cast<size_t>(r * 2 * kvd + e)] != f32_to_bf16(want[static_cast<size_t>(r * ld + qd + e)]);
+            wrong += gd[static_cast<size_t>(r * 2 * kvd + kvd + e)] !=
+                     f32_to_bf16(want[static_cast<size_t>(r * ld + qd + kvd + e)]);
+          }
+        report.exact_count(fmt::format("fused qk_norm_rope_kv_bf16 heads {} kv {} hd {}{} bitwise", sh.heads, sh.kv,
+                                       sh.hd, norm ? " qk-norm" : ""),
+                           wrong);
+      }
     }
   }
 }
@@ -290,9 +317,21 @@ void check_kv(Report& report, cudaStream_t stream) {
     DeviceBuffer<float> dk(k), dv(v), dpk(pool_k), dpv(pool_v);
     DeviceBuffer<int64_t> dslots(slots);
     CUDA_OK(cuda::kv_scatter(dk.get(), dv.get(), ld, stride, dslots.get(), static_cast<int32_t>(slots.size()),
-                             dpk.get(), dpv.get(), stride, stream));
+                             dpk.get(), dpv.get(), stride, DType::f32, stream));
     report.compare("kv_scatter_k", dpk.download(), ref_k, 0.0);
     report.compare("kv_scatter_v", dpv.download(), ref_v, 0.0);
+    // A BF16 pool: every written element f32_to_bf16 of the row's (round to nearest even),
+    // the others untouched.
+    std::vector<uint16_t> bk(pool_k.size()), bv(pool_v.size());
+    for (size_t i = 0; i < bk.size(); ++i) bk[i] = f32_to_bf16(pool_k[i]), bv[i] = f32_to_bf16(pool_v[i]);
+    DeviceBuffer<uint16_t> dbk(bk), dbv(bv);
+    CUDA_OK(cuda::kv_scatter(dk.get(), dv.get(), ld, stride, dslots.get(), static_cast<int32_t>(slots.size()),
+                             dbk.get(), dbv.get(), stride, DType::bf16, stream));
+    const auto gk = dbk.download(), gv = dbv.download();
+    int64_t wrong = 0;
+    for (size_t i = 0; i < gk.size(); ++i) wrong += (gk[i] != f32_to_bf16(ref_k[i])) + (gv[i] != f32_to_bf16(ref_v[i]));
+    report.exact_count("kv_scatter into a BF16 pool == f32_to_bf16 of the rows", wrong,
+                       fmt::format("{} elements", 2 * gk.size()));
   }
   {  // window commit: 4 windows, verdicts on the device, partial / none / all accepted
     const std::vector<int32_t> n = {4, 1, 6, 3}, accepted = {2, 1, 0, 3}, first = {0, 4, 5, 11};
@@ -310,7 +349,8 @@ void check_kv(Report& report, cudaStream_t stream) {
     DeviceBuffer<int64_t> dslots(slots);
     DeviceBuffer<int32_t> dn(n), dacc(accepted), dfirst(first);
     CUDA_OK(cuda::kv_commit_window(dk.get(), dv.get(), ld, stride, dslots.get(), dfirst.get(), dn.get(), dacc.get(),
-                                   static_cast<int32_t>(n.size()), 6, dpk.get(), dpv.get(), stride, stream));
+                                   static_cast<int32_t>(n.size()), 6, dpk.get(), dpv.get(), stride, DType::f32,
+                                   stream));
     report.compare("kv_commit_window_k", dpk.download(), ref_k, 0.0);
     report.compare("kv_commit_window_v", dpv.download(), ref_v, 0.0);
   }

@@ -24,11 +24,6 @@ void lt_ok(cublasStatus_t st, const char* what) {
     throw std::runtime_error(std::string(what) + ": cublas status " + std::to_string(static_cast<int>(st)));
 }
 
-std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
-  std::vector<uint16_t> b(x.size());
-  for (size_t i = 0; i < x.size(); ++i) b[i] = f32_to_bf16(x[i]);
-  return b;
-}
 std::vector<float> round_bf16(const std::vector<float>& x) {
   std::vector<float> r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));

@@ -13,7 +13,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
+
 namespace specpipe::gpu_check {
+
+/// f32_to_bf16 of every element: BF16 bits (round to nearest even).
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> b(x.size());
+  for (size_t i = 0; i < x.size(); ++i) b[i] = f32_to_bf16(x[i]);
+  return b;
+}
+
 
 inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));

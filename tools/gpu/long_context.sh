@@ -8,30 +8,35 @@
 # the floor counting weights only and weights + K/V (device-to-device copy rate of the
 # same run), the 5-token window relative to one step, graphs vs eager bits, device memory.
 # Environment: SHAPES ("llama3.1-8b qwen3-4b qwen3-0.6b"), CONTEXTS ("8192 32768 131072"),
-# ITERS (10), RUN_TIMEOUT (120 s a run). Exit status: non-zero if a run failed.
+# ITERS (10), RUN_TIMEOUT (120 s a run), KV_DTYPE (fp32; bf16: the K/V store in BF16).
+# Exit status: non-zero if a run failed.
 #
 # MODE=offload (issue 16, the host tier on the GPU): for each shape and context,
-# specpipe_gpu_generate --offload-bench -> $OUT/offload_<shape>_<context>.json and one line:
+# specpipe_gpu_generate --offload-bench --kv-dtype KV_DTYPE (fp32; bf16 halves the bytes)
+# -> $OUT/offload_<shape>_<context>.json and one line:
 # decode ms/token with every block on the GPU (graphs; "-" where the pool does not fit),
-# with all but the newest block on the pinned host tier streamed through the ring
-# (RING_SLOTS, 4) and with the copies in line (the seed's synchronous way), the PCIe floor
+# with all but the newest POOL_TOKENS (0: a 2,048-token tail, or as many more as the
+# host's free memory cannot hold: the GPU tier) on the pinned host tier streamed through
+# the ring (RING_SLOTS, 4) and with the copies in line (the seed's synchronous way), the PCIe floor
 # (host K/V bytes / pinned H2D rate of the run, 1 GiB buffer), the same bytes copied from
 # the host tier alone (copy_ms), ring / floor, overlap efficiency ((sync - ring) /
 # min(sync - copy_ms, copy_ms)), GPU
-# GiB all-on-GPU vs offloaded, host GiB. SHAPES default qwen3-4b there.
+# GiB all-on-GPU vs offloaded, host GiB, tokens on the GPU tier, seconds to pin the tier.
+# SHAPES default qwen3-4b there.
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_gpu_generate long_context
 { nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; } >"$out/long_context_environment.txt"
 status=0
 if [[ "${MODE:-}" == offload ]]; then
-  printf '%-10s %8s %9s %9s %9s %9s %9s %7s %7s %8s %8s %8s %s\n' shape context gpu_ms ring_ms sync_ms floor_ms \
-    copy_ms ring/fl overlap gpuGiB offGiB hostGiB H2D/tier_GBps
+  printf '%-10s %4s %8s %9s %9s %9s %9s %9s %7s %7s %8s %8s %8s %8s %6s %s\n' shape kv context gpu_ms ring_ms sync_ms \
+    floor_ms copy_ms ring/fl overlap gpuGiB offGiB hostGiB gpu_tok pin_s H2D/tier_GBps
   for shape in ${SHAPES:-qwen3-4b}; do
     for context in ${CONTEXTS:-8192 32768 131072}; do
       json="$out/offload_${shape}_${context}.json"
       timeout "${RUN_TIMEOUT:-300}" "$exe" --offload-bench --synthetic "$shape" --context "$context" \
-        --iters "${ITERS:-5}" --ring-slots "${RING_SLOTS:-4}" >"$json" 2>"${json%.json}.stderr"
+        --iters "${ITERS:-5}" --ring-slots "${RING_SLOTS:-4}" --kv-dtype "${KV_DTYPE:-fp32}" \
+        --pool-tokens "${POOL_TOKENS:-0}" >"$json" 2>"${json%.json}.stderr"
       rc=$?
       [[ $rc -eq 0 ]] || status=1
       python3 - "$json" "$shape" "$context" <<'PY' || echo "$shape $context: exit $rc, no report ($(tail -n1 "${json%.json}.stderr"))"
@@ -43,10 +48,10 @@ if "error" in r:
 g, o = r["gpu"], r["offload"]
 gpu_ms = f"{g['decode_ms']:9.2f}" if "decode_ms" in g else f"{'-':>9s}"
 gpu_gib = f"{g['device_bytes'] / 2**30:8.1f}" if "device_bytes" in g else f"{'-':>8s}"
-print(f"{sys.argv[2]:10s} {sys.argv[3]:>8s} {gpu_ms} {o['ring_ms']:9.2f} {o['sync_ms']:9.2f} {o['pcie_floor_ms']:9.2f} "
-      f"{o['tier_copy_only_ms']:9.2f} {o['ring_vs_floor']:7.3f} {o['overlap_efficiency']:7.2f} {gpu_gib} "
-      f"{o['device_bytes'] / 2**30:8.1f} {o['host_tier_bytes'] / 2**30:8.1f} "
-      f"{r['pinned_h2d_GBps']:.1f}/{o['tier_h2d_GBps']:.1f}")
+print(f"{sys.argv[2]:10s} {r.get('kv_dtype', 'f32'):>4s} {sys.argv[3]:>8s} {gpu_ms} {o['ring_ms']:9.2f} {o['sync_ms']:9.2f} "
+      f"{o['pcie_floor_ms']:9.2f} {o['tier_copy_only_ms']:9.2f} {o['ring_vs_floor']:7.3f} {o['overlap_efficiency']:7.2f} "
+      f"{gpu_gib} {o['device_bytes'] / 2**30:8.1f} {o['host_tier_bytes'] / 2**30:8.1f} {o['gpu_tokens']:8d} "
+      f"{r['host_pin_ms'] / 1e3:6.1f} {r['pinned_h2d_GBps']:.1f}/{o['tier_h2d_GBps']:.1f}")
 PY
     done
   done
@@ -55,9 +60,9 @@ fi
 printf '%-12s %8s %10s %9s %9s %8s %8s %7s %7s %s\n' shape context decode_us floor_us +kv_us vs_floor vs+kv win5 GiB "graph==eager"
 for shape in ${SHAPES:-llama3.1-8b qwen3-4b qwen3-0.6b}; do
   for context in ${CONTEXTS:-8192 32768 131072}; do
-    json="$out/long_${shape}_${context}.json"
+    json="$out/long_${shape}_${context}_${KV_DTYPE:-fp32}.json"
     timeout "${RUN_TIMEOUT:-120}" "$exe" --synthetic "$shape" --context "$context" --iters "${ITERS:-10}" \
-      >"$json" 2>"${json%.json}.stderr"
+      --kv-dtype "${KV_DTYPE:-fp32}" >"$json" 2>"${json%.json}.stderr"
     rc=$?
     [[ $rc -eq 0 ]] || status=1
     python3 - "$json" "$shape" "$context" "$rc" <<'PY' || echo "$shape $context: exit $rc, no report ($(tail -n1 "${json%.json}.stderr"))"

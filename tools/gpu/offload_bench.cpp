@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kvstore/kv_store.h"
@@ -47,9 +49,10 @@ double step_ms(CudaTransformer& m, KvStore& kv, SeqId seq, int iters) {
 }
 
 /// Books `context` committed tokens (no prefill: a step's cost does not depend on the
-/// values), a chunk at a time, moving every full block but the newest to the host tier
-/// after each chunk when the store has one.
-SeqId book(KvStore& kv, int32_t context) {
+/// values), a chunk at a time, moving full blocks but the newest to the host tier after
+/// each chunk when the store has one, until `host_blocks` of them are there (the rest
+/// stays in the pool: the GPU tier).
+SeqId book(KvStore& kv, int32_t context, int64_t host_blocks = 0) {
   const std::vector<int32_t> none;
   const SeqId seq = kv.add_sequence(none);
   const std::vector<int32_t> chunk(1024, 1);
@@ -57,9 +60,22 @@ SeqId book(KvStore& kv, int32_t context) {
     const auto n = std::min<int32_t>(1024, context - kv.length(seq));
     kv.reserve(seq, kv.length(seq) + n);
     kv.commit(seq, std::span<const int32_t>(chunk).first(static_cast<size_t>(n)));
-    if (kv.host_tier() && kv.offloadable_blocks(seq) > 1) kv.offload_prefix(seq, kv.offloadable_blocks(seq) - 1);
+    const int64_t room = host_blocks - kv.host_blocks(seq);
+    const int64_t movable = std::min<int64_t>(kv.offloadable_blocks(seq) - 1, room);
+    if (kv.host_tier() && movable > 0) kv.offload_prefix(seq, static_cast<int32_t>(movable));
   }
   return seq;
+}
+
+/// Host memory the machine has free (MemAvailable), in bytes; 0 when unknown.
+int64_t host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
 }
 
 /// Milliseconds to copy every layer's host-tier K and V of `seq` to the device with
@@ -70,14 +86,15 @@ double tier_copy_ms(const KvStore& kv, SeqId seq) {
   const auto blocks = kv.host_block_table(seq);
   for (size_t i = 1; i < blocks.size(); ++i)
     if (blocks[i] != blocks[i - 1] + 1) throw std::runtime_error("tier_copy_ms: host blocks not in one run");
-  const size_t bytes = blocks.size() * static_cast<size_t>(tier.block_floats()) * sizeof(float);
+  const size_t bytes = blocks.size() * static_cast<size_t>(tier.block_tensor_bytes());
   void* dev = nullptr;
   cuda_check(cudaMalloc(&dev, bytes), "cudaMalloc");
   const double ms = stream_ms([&] {
     for (int32_t l = 0; l < tier.layout().num_layers; ++l)
-      for (const float* src : {tier.k(l), tier.v(l)})
-        cuda_check(cudaMemcpyAsync(dev, src + int64_t{blocks.front()} * tier.block_floats(), bytes,
-                                   cudaMemcpyHostToDevice),
+      for (const void* src : {tier.k_data(l), tier.v_data(l)})
+        cuda_check(cudaMemcpyAsync(dev,
+                                   static_cast<const char*>(src) + int64_t{blocks.front()} * tier.block_tensor_bytes(),
+                                   bytes, cudaMemcpyHostToDevice),
                    "tier copy");
   });
   cudaFree(dev);
@@ -102,8 +119,8 @@ double pinned_h2d_bandwidth() {
   return static_cast<double>(bytes) * reps / (ms / 1e3);
 }
 
-json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots, uint64_t seed, int iters,
-                   CudaTransformerOptions opt) {
+json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots, int32_t pool_tokens, uint64_t seed,
+                   int iters, CudaTransformerOptions opt) {
   json r;
   ModelConfig c = synthetic_model_config(shape);
   if (context + 16 > c.max_position_embeddings) {
@@ -113,6 +130,7 @@ json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots
   r["model"] = shape;
   r["context"] = context;
   r["ring_slots"] = ring_slots;
+  r["kv_dtype"] = std::string(dtype_name(opt.kv_dtype));
   {
     cudaDeviceProp prop{};
     int dev = 0;
@@ -123,7 +141,7 @@ json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots
   const double h2d = pinned_h2d_bandwidth();
   r["pinned_h2d_GBps"] = h2d / 1e9;
   opt.copy_logits = false;
-  const int64_t token_bytes = int64_t{2} * c.num_layers * c.kv_dim() * static_cast<int64_t>(sizeof(float));
+  const int64_t token_bytes = int64_t{2} * c.num_layers * c.kv_dim() * static_cast<int64_t>(dtype_size(opt.kv_dtype));
   r["kv_bytes_per_token"] = token_bytes;
   const int32_t pool_blocks = (context + 64) / kBlock + 4;
   const size_t base_used = device_used();
@@ -149,18 +167,29 @@ json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots
     }
   }
 
-  // Offloaded: a small pool (the tail), the rest on the pinned host tier, streamed.
-  auto m = CudaTransformer::random(c, seed, (kTailTokens + 64) / kBlock + 4, kBlock, opt);
+  // Offloaded: the pool keeps the newest pool_tokens (the GPU tier), the rest goes to the
+  // pinned host tier and streams. pool_tokens 0: a 2,048-token tail, or more where the
+  // host cannot hold the rest (MemAvailable less 24 GiB for the process and the system:
+  // a 1M-token context of the Qwen3-4B shape in BF16 is 144 GiB, past 128 GiB of RAM).
+  if (pool_tokens <= 0) {
+    const int64_t host_cap = std::max<int64_t>(0, host_available_bytes() - (int64_t{24} << 30)) / token_bytes;
+    pool_tokens = static_cast<int32_t>(std::max<int64_t>(kTailTokens, int64_t{context} - host_cap));
+    r["pool_tokens_auto"] = true;
+    r["host_available_bytes"] = host_available_bytes();
+  }
+  pool_tokens = std::min(pool_tokens, context);
+  const int64_t host_target_blocks = (int64_t{context} - pool_tokens) / kBlock;
+  auto m = CudaTransformer::random(c, seed, (pool_tokens + 1024 + 64) / kBlock + 4, kBlock, opt);
   KvStoreConfig kc = m->kv_config();
   KvStore kv(kc);
-  const HostTierLayout layout{kc.num_layers, kc.num_kv_heads, kc.head_dim, kc.block_size};
-  const int64_t host_bytes = (int64_t{context} / kBlock + 2) * HostKvTier::block_bytes(layout);
+  const HostTierLayout layout{kc.num_layers, kc.num_kv_heads, kc.head_dim, kc.block_size, opt.kv_dtype};
+  const int64_t host_bytes = (host_target_blocks + 2) * HostKvTier::block_bytes(layout);
   const auto t_alloc = Clock::now();
   kv.attach_host_tier(std::make_unique<HostKvTier>(layout, host_bytes, &cuda::pinned_host_allocator()),
                       {[&m](int32_t pool, int32_t host) { m->queue_host_copy(true, pool, host); },
                        [&m](int32_t host, int32_t pool) { m->queue_host_copy(false, pool, host); }});
   r["host_pin_ms"] = ms_since(t_alloc);
-  const SeqId seq = book(kv, context);
+  const SeqId seq = book(kv, context, host_target_blocks);
   const int64_t host_tokens = int64_t{kv.host_blocks(seq)} * kBlock;
   const double host_step_bytes = static_cast<double>(host_tokens) * static_cast<double>(token_bytes);
   const double floor_ms = host_step_bytes / h2d * 1e3;
@@ -188,6 +217,7 @@ json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots
   const double compute_ms = std::max(0.0, sync_ms - copy_only_ms);
   const double hidden = sync_ms - ring_ms;
   r["offload"] = {{"host_tokens", host_tokens},
+                  {"pool_tokens", pool_tokens},
                   {"gpu_tokens", context - host_tokens},
                   {"host_kv_bytes_per_step", host_step_bytes},
                   {"pcie_floor_ms", floor_ms},
@@ -208,7 +238,7 @@ json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots
                   {"device_used_bytes", offload_used},
                   {"host_tier_bytes", kv.host_tier()->bytes()}};
   r["note"] = "host wall time per one-token decode step incl. its sync, median of iters; K/V booked, not prefilled; "
-              "offload keeps the newest pool block on the GPU; pcie_floor = host K/V bytes / pinned H2D rate (1 GiB "
+              "offload keeps the newest pool_tokens (at least the newest block) on the GPU; pcie_floor = host K/V bytes / pinned H2D rate (1 GiB "
               "buffer); tier_copy_only = the same bytes copied from the host tier alone; "
               "overlap_efficiency = (sync - ring) / min(compute, copy alone), compute = sync - copy alone";
   kv.release(seq);

@@ -19,4 +19,12 @@ namespace specpipe::gpu_tool {
 /// random prompt of `prompt_len` tokens. Clears `ok` on any difference or failed check.
 nlohmann::json offload_check(CudaTransformer& m, int32_t prompt_len, int32_t steps, uint64_t seed, bool& ok);
 
+/// The cost of a K/V store of another dtype (BF16): the same teacher-forced scenario
+/// (prefill chunks, steps, a 5-token window, a rollback and steps after it) on `f32` (FP32
+/// K/V) and `other` (the same weights, another kv_dtype), all in the pool: the largest and
+/// mean absolute logit difference, the rows whose argmax agree. Clears `ok` when the
+/// largest difference is over `tol` times the largest FP32 logit magnitude.
+nlohmann::json kv_dtype_error(CudaTransformer& f32, CudaTransformer& other, int32_t prompt_len, int32_t steps,
+                              uint64_t seed, double tol, bool& ok);
+
 }  // namespace specpipe::gpu_tool
