@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the GPU tools here and packs them for the GPU machine:
 #   gpu-bundle/bin/  the executables, stripped: the GPU tools (specpipe_cuda_check,
-#                    specpipe_gpu_generate), the `specpipe` command and the engine suites
+#                    specpipe_gpu_generate, specpipe_specpv_gpu), the `specpipe` command and the engine suites
 #                    engine_check.sh runs on the device
 #   gpu-bundle/lib/  the non-system shared libraries they need (fmt, CAF, ...), from ldd
 #   gpu-bundle/plugins/  the strategy plugins and the test's faulty ones (SPECPIPE_PLUGIN_DIR)
@@ -25,8 +25,12 @@ name="${SPECPIPE_BUNDLE:-gpu-bundle}"
 bundle="$root/$name"
 jobs="${SPECPIPE_JOBS:-1}"
 tools=(specpipe_cuda_check specpipe_gpu_generate specpipe speculative_golden_test concurrent_requests_test
-       speculative_property_test plugin_pipeline_test rope_scaling_golden_test offload_engine_test)
-plugins=(specpipe_nwor specpipe_scv specpipe_faulty_plugin specpipe_faulty_abi_plugin specpipe_faulty_no_entry_plugin)
+       speculative_property_test plugin_pipeline_test rope_scaling_golden_test offload_engine_test
+       specpipe_specpv_gpu specpv_test specpv_long_test)
+plugins=(specpipe_nwor specpipe_scv specpipe_specpv specpipe_faulty_plugin specpipe_faulty_abi_plugin
+         specpipe_faulty_no_entry_plugin)
+# SPECPIPE_BUNDLE_TOOLS="a b ..." builds and packs only those tools (the plugins always).
+if [[ -n "${SPECPIPE_BUNDLE_TOOLS:-}" ]]; then read -r -a tools <<<"$SPECPIPE_BUNDLE_TOOLS"; fi
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECPIPE_CUDA=ON \
   -DSPECPIPE_BUILD_BENCH=OFF >/dev/null

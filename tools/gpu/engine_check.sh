@@ -12,7 +12,8 @@
 #   2. `specpipe generate --device cuda:0` on a prompt (statistics printed);
 #   3. `specpipe bench --device cuda:0` (plain vs speculative, medians, JSON);
 #   4. compute-sanitizer memcheck of the NWOR staging path and a failing commit's fallback
-#      (MEMCHECK=0 skips it).
+#      (MEMCHECK=0 skips it; BENCH=0 skips 2 and 3). SUITES="a b" runs those suites only
+#      (the SpecPV ones: specpv_test, specpv_long_test; tools/gpu/specpv_check.sh).
 # Outputs go to $OUT (or gpu-out/). Exit status: non-zero if a suite failed.
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
@@ -25,11 +26,13 @@ for t in ${SUITES:-speculative_golden_test concurrent_requests_test speculative_
   echo "$t exit: $rc ($(grep -E '^\[  (PASSED|FAILED)' "$out/$t.txt" | tr '\n' ' '))"
   [[ $rc -eq 0 ]] || { status=1; grep -E "Failure|FAILED|error" "$out/$t.txt" | head -n 20; }
 done
-"$exe" generate --device "$SPECPIPE_TEST_DEVICE" --prompt "def fibonacci(n):" --max-tokens 64 2>&1 | tail -n 4
-# shellcheck disable=SC2086
-timeout "${BENCH_TIMEOUT:-300}" "$exe" bench --device "$SPECPIPE_TEST_DEVICE" --json "$out/engine_bench.json" \
-  ${BENCH_ARGS:-} >"$out/engine_bench.txt" 2>&1 || status=1
-cat "$out/engine_bench.txt"
+if [[ "${BENCH:-1}" != 0 ]]; then  # BENCH=0: the suites only
+  "$exe" generate --device "$SPECPIPE_TEST_DEVICE" --prompt "def fibonacci(n):" --max-tokens 64 2>&1 | tail -n 4
+  # shellcheck disable=SC2086
+  timeout "${BENCH_TIMEOUT:-300}" "$exe" bench --device "$SPECPIPE_TEST_DEVICE" --json "$out/engine_bench.json" \
+    ${BENCH_ARGS:-} >"$out/engine_bench.txt" 2>&1 || status=1
+  cat "$out/engine_bench.txt"
+fi
 if [[ "${MEMCHECK:-1}" != 0 ]]; then
   sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
   timeout "${MEMCHECK_TIMEOUT:-400}" "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 \

@@ -129,16 +129,7 @@ json synthetic_bench(const std::string& name, int32_t context, int32_t prefill_m
 
   // Host wall time of one forward of `w` (incl. its sync): 3 warm-up runs, then the
   // median of `iters`.
-  auto forward_us = [&](const ForwardWindow& w) {
-    for (int i = 0; i < 3; ++i) m->forward({&w, 1}, kv, lg);
-    std::vector<double> v;
-    for (int i = 0; i < iters; ++i) {
-      const auto t0 = Clock::now();
-      m->forward({&w, 1}, kv, lg);
-      v.push_back(ms_since(t0) * 1e3);
-    }
-    return median(v);
-  };
+  auto forward_us = [&](const ForwardWindow& w) { return median_forward_us(*m, w, kv, iters); };
   for (const bool graphs : {false, true}) {
     m->set_graphs(graphs);
     json wcost = json::array();

@@ -29,4 +29,16 @@ void gpu_prefill(CudaTransformer& m, KvStore& kv, SeqId seq, std::span<const int
   }
 }
 
+double median_forward_us(CudaTransformer& m, const ForwardWindow& w, const KvStore& kv, int iters) {
+  CudaLogits lg;
+  for (int i = 0; i < 3; ++i) m.forward({&w, 1}, kv, lg);
+  std::vector<double> v;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    m.forward({&w, 1}, kv, lg);
+    v.push_back(ms_since(t0) * 1e3);
+  }
+  return median(v);
+}
+
 }  // namespace specpipe::gpu_tool

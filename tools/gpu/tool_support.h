@@ -44,4 +44,8 @@ constexpr int32_t kPrefillChunk = 64;
 void gpu_prefill(CudaTransformer& m, KvStore& kv, SeqId seq, std::span<const int32_t> tokens, LogitsMode last_mode,
                  CudaLogits& logits);
 
+/// Host wall time of one forward of `w` in microseconds (incl. its sync): 3 warm-up
+/// forwards, then the median of `iters`.
+double median_forward_us(CudaTransformer& m, const ForwardWindow& w, const KvStore& kv, int iters);
+
 }  // namespace specpipe::gpu_tool
