@@ -66,7 +66,8 @@ json synthetic_bench(const std::string& name, int32_t context, int32_t prefill_m
   r["build_ms"] = ms_since(t_build);
   r["device_bytes"] = m->device_bytes();
   const auto mat_bytes = static_cast<double>(m->matrix_bytes_per_step());
-  const double kv_bytes = static_cast<double>(context) * c.num_layers * 2.0 * static_cast<double>(c.kv_dim()) * 4.0;
+  const double kv_bytes = static_cast<double>(context) * c.num_layers * 2.0 * static_cast<double>(c.kv_dim()) *
+                          static_cast<double>(dtype_size(opt.kv_dtype));
   const double floor_us = mat_bytes / bw * 1e6;
   r["matrix_bytes_per_step"] = mat_bytes;
   r["kv_bytes_read_per_step"] = kv_bytes;
