@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kvstore/block_summaries.h"
 #include "kvstore/kv_store.h"
@@ -294,7 +295,9 @@ json view_bench(const std::string& shape, int32_t context, const std::vector<int
   opt.copy_logits = false;
   std::unique_ptr<CudaTransformer> m = CudaTransformer::random(c, seed, blocks, B, opt);
   r["device_bytes"] = m->device_bytes();
-  r["kv_bytes_full"] = static_cast<double>(context) * c.num_layers * 2.0 * c.kv_dim() * 4.0;
+  r["kv_dtype"] = std::string(dtype_name(opt.kv_dtype));
+  r["kv_bytes_full"] = static_cast<double>(context) * c.num_layers * 2.0 * c.kv_dim() *
+                       static_cast<double>(dtype_size(opt.kv_dtype));
   KvStore kv(m->kv_config());
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int32_t> tok(0, c.vocab_size - 1);

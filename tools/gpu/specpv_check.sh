@@ -9,7 +9,8 @@
 #      specpv_test (exact == golden tokens with partial rounds and rollbacks asserted,
 #      concurrent requests, approximate labelled, refusals, garbage answers);
 #   3. partial vs full verify-window cost on synthetic shapes (BENCH_SHAPES x
-#      BENCH_CONTEXTS, budgets BUDGETS) -> view_<shape>_<context>.json and a table;
+#      BENCH_CONTEXTS, budgets BUDGETS) -> view_<shape>_<context>.json and a table, and
+#      over a BF16 K/V store (BF16_RUNS shape:context pairs) -> view_bf16_*.json;
 #   4. end to end on the demo pair, the 7,000-token golden prompt (E2E_TOKENS new tokens,
 #      EOS ignored, median of E2E_REPEAT): `specpipe bench` per config, each with its own
 #      plain baseline in the same process: full-verify speculation, SpecPV exact and
@@ -57,6 +58,24 @@ parts = " ".join(f"{p['budget']}:{p['partial_us']:.0f}({p['vs_full']:.3f})" for 
 print(f"{sys.argv[2]:12s} {sys.argv[3]:>8s} {r['full_us']:9.0f} {r['no_attention_us']:9.0f} {parts}")
 PY
   done
+done
+
+# Longer contexts over a BF16 K/V store (half the bytes: what fits one H100 beside the
+# weights): shape:context pairs.
+for pair in ${BF16_RUNS:-llama3.1-8b:131072 llama3.1-8b:262144 qwen3-4b:262144 qwen3-4b:524288}; do
+  shape=${pair%%:*} context=${pair##*:}
+  json="$out/view_bf16_${shape}_${context}.json"
+  timeout "${RUN_TIMEOUT:-90}" "$exe" --bench --synthetic "$shape" --context "$context" --kv-dtype bf16 \
+    --budgets "${BUDGETS:-256,512,1024,2048}" --iters "${ITERS:-10}" >"$json" 2>"${json%.json}.stderr"
+  rc=$?
+  [[ $rc -eq 0 ]] || status=1
+  python3 - "$json" "$shape" "$context" <<'PY' || echo "$shape $context bf16: exit $rc, no report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+if "error" in r: print(sys.argv[2], sys.argv[3], "bf16 error:", r["error"]); sys.exit(0)
+parts = " ".join(f"{p['budget']}:{p['partial_us']:.0f}({p['vs_full']:.3f})" for p in r["partial"] if "partial_us" in p)
+print(f"{sys.argv[2]:12s} {sys.argv[3]:>8s} {r['full_us']:9.0f} {r['no_attention_us']:9.0f} {parts} bf16")
+PY
 done
 
 # End to end: the 7,000-token prompt only.

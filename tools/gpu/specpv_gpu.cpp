@@ -3,7 +3,8 @@
 //       partial views, query taps and block summaries in the CUDA forward against the
 //       CPU backend on the demo target, over the first long golden prompt;
 //   --bench --synthetic NAME --context N [--budgets B,B,...] [--iters N] [--seed S]:
-//       a 5-token verify window over the whole context vs partial views of each budget.
+//       a 5-token verify window over the whole context vs partial views of each budget
+//       (--kv-dtype bf16: over a BF16 K/V store).
 // (partial_view_check.h). Prints one JSON object; exits 1 on a failed check or an error.
 #include <algorithm>
 #include <cstdio>
@@ -50,6 +51,15 @@ int main(int argc, char** argv) {
     else if (a == "--tie-tol") tie_tol = std::stod(next());
     else if (a == "--iters") iters = std::stoi(next());
     else if (a == "--seed") seed = std::stoull(next());
+    else if (a == "--kv-dtype") {  // the bench's K/V store (the check needs FP32 keys)
+      const std::string d = next();
+      if (d == "fp32") opt.kv_dtype = DType::f32;
+      else if (d == "bf16") opt.kv_dtype = DType::bf16;
+      else {
+        std::fprintf(stderr, "--kv-dtype: %s is not fp32 or bf16\n", d.c_str());
+        return 2;
+      }
+    }
     else if (a == "--budgets") {
       budgets.clear();
       const std::string list = next();
@@ -63,10 +73,11 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  if (mode.empty() || (mode == "--bench" && shape.empty())) {
+  if (mode.empty() || (mode == "--bench" && shape.empty()) || (mode == "--check" && opt.kv_dtype != DType::f32)) {
     std::fprintf(stderr,
                  "usage: %s --check [--context N] [--target DIR] [--long-golden FILE] [--logit-tol X] [--tie-tol X]\n"
-                 "       %s --bench --synthetic NAME --context N [--budgets B,B,...] [--iters N] [--seed S]\n",
+                 "       %s --bench --synthetic NAME --context N [--budgets B,B,...] [--iters N] [--seed S] "
+                 "[--kv-dtype fp32|bf16]\n",
                  argv[0], argv[0]);
     return 2;
   }
