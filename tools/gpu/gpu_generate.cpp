@@ -14,7 +14,7 @@
 //       with the drafts made one forward per token instead of one greedy chain,
 //   (g) copy-on-write of a shared prefix-cache block through the model's
 //       queue_block_copy: the rolled-back sequence and the one it shared with both
-//       decode the plain output.
+//       decode the plain output (block_copy_check.cpp).
 // --synthetic NAME (tools/gpu/synthetic_models.h: llama3-8b, llama3.1-8b, llama3-1b, qwen3-0.6b,
 // qwen3-4b, qwen3-8b) instead benchmarks a model of that
 // shape with seeded random BF16 weights made on the device: decode step at batch 1 after
@@ -53,6 +53,7 @@
 #include "model/cuda/cuda_transformer.h"
 #include "model/load_model.h"
 #include "model/transformer.h"
+#include "tools/gpu/block_copy_check.h"
 #include "tools/gpu/offload_bench.h"
 #include "tools/gpu/offload_check.h"
 #include "tools/gpu/synthetic_bench.h"
@@ -213,13 +214,6 @@ std::vector<float> cpu_last_logits(Transformer& m, const std::vector<int32_t>& p
   return {lg.row(0).begin(), lg.row(0).end()};
 }
 
-/// The first index where a and b differ (the shorter length when one is a prefix).
-size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  const size_t n = std::min(a.size(), b.size());
-  return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
-                             a.begin());
-}
-
 double max_abs_diff(std::span<const float> a, std::span<const float> b) {
   double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(double{a[i]} - b[i]));
@@ -231,83 +225,6 @@ int32_t argmax_of(const std::vector<float>& v) {
 }
 
 }  // namespace
-
-/// (g) Copy-on-write of a shared prefix-cache block on the device: the KV store books the
-/// model's pool with the prefix cache on and the model's queue_block_copy as its
-/// BlockCopier (as load_pipeline sets it up). For each case, the prompt's first 40 tokens
-/// (two full blocks and a part; the pool is sized for one sequence of the longest case):
-/// sequence A prefills them; B gets the same prompt (sharing A's full blocks), rolls back
-/// into the second shared block (position 20) and re-feeds the rest, so the store must
-/// give B a private copy of that block (positions 16..19 from A's, copied on the device)
-/// before B writes 20 onwards. Then B and A each decode `steps` greedy tokens: both must
-/// equal plain greedy decoding of the same prompt (a store without the prefix cache, run
-/// first), which fails if the copy is missing or wrong (B reads stale K/V) or if B wrote
-/// into A's block. Clears `ok` on any difference or a case without a copy.
-json check_block_copy(CudaTransformer& m, const json& cases, int32_t steps, bool& ok) {
-  constexpr size_t kPrompt = 40;
-  std::vector<std::vector<int32_t>> prompts, plain;
-  for (const auto& c : cases) {
-    auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    if (prompt.size() < kPrompt) continue;
-    prompt.resize(kPrompt);
-    KvStore reference(m.kv_config());  // gone before the store below books the same pool
-    plain.push_back(gpu_plain(m, reference, prompt, steps, {}, false).tokens);
-    prompts.push_back(std::move(prompt));
-  }
-  int64_t copies = 0;
-  KvStoreConfig kc = m.kv_config();
-  kc.prefix_cache = true;
-  KvStore kv(kc, [&m, &copies](int32_t src, int32_t dst) {
-    ++copies;
-    m.queue_block_copy(src, dst);
-  });
-  constexpr int32_t kRollback = 20;  // inside the second block (block size 16)
-  CudaLogits lg;
-  auto decode = [&](SeqId seq, int32_t first) {
-    std::vector<int32_t> out{first};
-    while (static_cast<int32_t>(out.size()) < steps) {
-      kv.reserve(seq, kv.length(seq) + 1);
-      const ForwardWindow w{seq, {&out.back(), 1}, LogitsMode::last};
-      m.forward({&w, 1}, kv, lg);
-      kv.commit(seq, {&out.back(), 1});
-      out.push_back(lg.argmax(0));
-    }
-    return out;
-  };
-  int checked = 0, b_equal = 0, a_equal = 0, cases_copied = 0;
-  json bad = json::array();
-  m.set_copy_logits(false);
-  for (size_t ci = 0; ci < prompts.size(); ++ci) {
-    const std::vector<int32_t>& prompt = prompts[ci];
-    const std::vector<int32_t>& want = plain[ci];
-    const SeqId a = kv.add_sequence(prompt);
-    gpu_prefill(m, kv, a, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(kv.length(a))),
-                LogitsMode::last, lg);
-    const int32_t a_first = lg.argmax(0);
-    int32_t cached = 0;
-    const SeqId b = kv.add_sequence(prompt, &cached);
-    const int64_t copies_before = copies;
-    kv.truncate(b, kRollback);
-    gpu_prefill(m, kv, b, std::span<const int32_t>(prompt).subspan(kRollback), LogitsMode::last, lg);
-    const bool copied = copies > copies_before && kv.block_table(b)[1] != kv.block_table(a)[1] &&
-                        kv.block_table(b)[0] == kv.block_table(a)[0];
-    const std::vector<int32_t> b_out = decode(b, lg.argmax(0));
-    kv.release(b);
-    const std::vector<int32_t> a_out = decode(a, a_first);
-    kv.release(a);
-    ++checked;
-    cases_copied += copied;
-    b_equal += b_out == want;
-    a_equal += a_out == want;
-    if (!copied || b_out != want || a_out != want)
-      bad.push_back({{"case", ci}, {"cached_tokens", cached}, {"copied", copied},
-                     {"b_differs_at", first_difference(b_out, want)}, {"a_differs_at", first_difference(a_out, want)}});
-  }
-  if (checked == 0 || !bad.empty()) ok = false;
-  return {{"cases_checked", checked}, {"cases_copied", cases_copied}, {"block_copies", copies},
-          {"rolled_back_sequence_equals_plain", b_equal}, {"sharing_sequence_equals_plain", a_equal},
-          {"steps", steps}, {"problems", bad}};
-}
 
 /// The fused draft step (`fused`) against the per-kernel draft forward (`kernels`): plain
 /// greedy draft decoding of every case on both; the logits at each step up to the first

@@ -41,4 +41,10 @@ double median_forward_us(CudaTransformer& m, const ForwardWindow& w, const KvSto
   return median(v);
 }
 
+size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
+                             a.begin());
+}
+
 }  // namespace specpipe::gpu_tool

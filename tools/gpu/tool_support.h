@@ -36,6 +36,9 @@ inline void cuda_check(cudaError_t e, const char* what) {
 /// (cudaEvents around it; waits for it).
 double stream_ms(const std::function<void()>& enqueue);
 
+/// The first index where a and b differ (the shorter length when one is a prefix).
+size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
 /// Prefill chunk (at most the CudaTransformer's max_tokens).
 constexpr int32_t kPrefillChunk = 64;
 
