@@ -39,6 +39,13 @@ TEST(PipelineDevice, TooManyVerifyTokensForADeviceForward) {
   EXPECT_NE(what.find("scheduler.max_batch 64"), std::string::npos) << what;
 }
 
+TEST(PipelineDevice, Bf16KvIsRefusedOnTheCpu) {
+  PipelineConfig c;
+  c.kv.dtype = "bf16";
+  const std::string what = refusal(c, ErrorCode::unsupported);
+  EXPECT_NE(what.find("kv.dtype BF16: the CPU backend keeps FP32 K/V"), std::string::npos) << what;
+}
+
 TEST(PipelineDevice, CudaWithoutTheBackendSaysSo) {
   if (cuda_built()) GTEST_SKIP() << "this build has the CUDA backend; the GPU tests run it";
   PipelineConfig c;
