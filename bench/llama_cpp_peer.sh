@@ -45,7 +45,7 @@ if [[ "$which" == demo || "$which" == all ]]; then
   run demo-target models/demo-target --num-prompts "${DEMO_PROMPTS:-0}"
 fi
 if [[ "$which" == qwen3-0.6b || "$which" == all ]]; then
-  synth="$OUT/qwen3-0.6b-synthetic"
+  synth="$OUT/checkpoints/qwen3-0.6b"  # the driver's work dir ($OUT/<name>) must not be the checkpoint
   [[ -f "$synth/model.safetensors" ]] || "$VENV/bin/python" bench/peer/synthetic_checkpoint.py qwen3-0.6b "$synth"
   # 898 MB of weights at ~30 ms a token (and each specpipe bench reloads them): 2 prompts
   # x 32 tokens, one speculative row, keep a round to a few minutes on the shared machine

@@ -172,7 +172,7 @@ def main():
     ggufs = {}
     for dtype in dtypes:
         path = work / f"model-{dtype}.gguf"
-        newest = max(f.stat().st_mtime for f in a.model.iterdir())
+        newest = max(f.stat().st_mtime for f in a.model.iterdir() if f.suffix in (".json", ".safetensors"))
         if not path.exists() or path.stat().st_mtime < newest:
             print(f"converting {a.model} -> {path}", file=sys.stderr)
             convert(a.model, path, dtype)
