@@ -101,18 +101,26 @@ void read_slots(const Section& top, DrafterConfig& drafter, SlotStrategies& stra
   s.child("acceptance", {"type"}).read_choice("type", acceptance, {"standard"});
 }
 
+/// The most values a plugin's config may expand to. YAML aliases share one node, so a
+/// few hundred bytes of nested aliases expand to billions of JSON values.
+constexpr size_t kMaxPluginConfigValues = 65536;
+struct TooManyValues {};
+
 /// A YAML value as JSON: maps and lists recursively; plain scalars as booleans,
-/// integers, reals or null when they read as one; quoted scalars stay strings.
-nlohmann::json yaml_to_json(const YAML::Node& node) {
+/// integers, reals or null when they read as one; quoted scalars stay strings. Throws
+/// TooManyValues once `left` values are used up.
+nlohmann::json yaml_to_json(const YAML::Node& node, size_t& left) {
+  if (left == 0) throw TooManyValues{};
+  --left;
   if (!node.IsDefined() || node.IsNull()) return nullptr;
   if (node.IsMap()) {
     nlohmann::json j = nlohmann::json::object();
-    for (const auto& e : node) j[e.first.Scalar()] = yaml_to_json(e.second);
+    for (const auto& e : node) j[e.first.Scalar()] = yaml_to_json(e.second, left);
     return j;
   }
   if (node.IsSequence()) {
     nlohmann::json j = nlohmann::json::array();
-    for (const auto& e : node) j.push_back(yaml_to_json(e));
+    for (const auto& e : node) j.push_back(yaml_to_json(e, left));
     return j;
   }
   const std::string& text = node.Scalar();
@@ -151,9 +159,12 @@ std::vector<PluginConfig> read_plugins(const Section& top, const YAML::Node& roo
     if (config.IsDefined() && !config.IsNull() && !config.IsMap()) s.fail("config", "expected a map");
     // yaml-cpp passes any bytes through; JSON (the plugin's config string) takes UTF-8 only.
     try {
-      p.config_json = config.IsDefined() && !config.IsNull() ? yaml_to_json(config).dump() : "{}";
+      size_t left = kMaxPluginConfigValues;
+      p.config_json = config.IsDefined() && !config.IsNull() ? yaml_to_json(config, left).dump() : "{}";
     } catch (const nlohmann::json::type_error&) {
       s.fail("config", "holds text that is not valid UTF-8");
+    } catch (const TooManyValues&) {
+      s.fail("config", fmt::format("holds more than {} values (YAML aliases expanded)", kMaxPluginConfigValues));
     }
     // A path relative to the config file wins; else the plugin search path decides.
     if (config_dir && fs::path(p.path).is_relative() && fs::is_regular_file(*config_dir / p.path)) {

@@ -26,5 +26,25 @@ TEST(PipelineConfigFuzz, PluginConfigThatIsNotUtf8IsRefusedNamingTheKey) {
   }
 }
 
+// YAML aliases share one node: nine levels of ten aliases each are 10^9 values once a
+// plugin's config is expanded into its JSON string. The reader ran out of memory (2 GiB
+// under the fuzzer) before the limit on the values a config expands to.
+TEST(PipelineConfigFuzz, PluginConfigOfNestedAliasesIsRefusedBeforeExpanding) {
+  std::string yaml = "version: 1\nplugins:\n  p:\n    path: /no/such.so\n    config:\n      l0: &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+  for (int level = 1; level < 9; ++level) {
+    yaml += "      l" + std::to_string(level) + ": &l" + std::to_string(level) + " [";
+    for (int k = 0; k < 10; ++k) yaml += (k ? ", *l" : "*l") + std::to_string(level - 1);
+    yaml += "]\n";
+  }
+  try {
+    parse_pipeline_config(yaml, "x.yaml");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("plugins.p.config"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("65536 values"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace specpipe
