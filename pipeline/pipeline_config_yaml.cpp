@@ -101,21 +101,28 @@ void read_slots(const Section& top, DrafterConfig& drafter, SlotStrategies& stra
   s.child("acceptance", {"type"}).read_choice("type", acceptance, {"standard"});
 }
 
-/// The most values a plugin's config may expand to. YAML aliases share one node, so a
-/// few hundred bytes of nested aliases expand to billions of JSON values.
-constexpr size_t kMaxPluginConfigValues = 65536;
+/// What a plugin's config may expand to: each value costs 8 bytes plus its text (and its
+/// key's, in a map). YAML aliases share one node, so a few hundred bytes of nested aliases
+/// expand to billions of JSON values, or a long string to gigabytes.
+constexpr size_t kMaxPluginConfigBytes = 1 << 20;
 struct TooManyValues {};
 
 /// A YAML value as JSON: maps and lists recursively; plain scalars as booleans,
 /// integers, reals or null when they read as one; quoted scalars stay strings. Throws
-/// TooManyValues once `left` values are used up.
+/// TooManyValues once the `left` bytes are used up.
 nlohmann::json yaml_to_json(const YAML::Node& node, size_t& left) {
-  if (left == 0) throw TooManyValues{};
-  --left;
+  const size_t cost = 8 + (node.IsScalar() ? node.Scalar().size() : 0);
+  if (cost > left) throw TooManyValues{};
+  left -= cost;
   if (!node.IsDefined() || node.IsNull()) return nullptr;
   if (node.IsMap()) {
     nlohmann::json j = nlohmann::json::object();
-    for (const auto& e : node) j[e.first.Scalar()] = yaml_to_json(e.second, left);
+    for (const auto& e : node) {
+      const std::string& key = e.first.Scalar();
+      if (key.size() > left) throw TooManyValues{};
+      left -= key.size();
+      j[key] = yaml_to_json(e.second, left);
+    }
     return j;
   }
   if (node.IsSequence()) {
@@ -159,12 +166,13 @@ std::vector<PluginConfig> read_plugins(const Section& top, const YAML::Node& roo
     if (config.IsDefined() && !config.IsNull() && !config.IsMap()) s.fail("config", "expected a map");
     // yaml-cpp passes any bytes through; JSON (the plugin's config string) takes UTF-8 only.
     try {
-      size_t left = kMaxPluginConfigValues;
+      size_t left = kMaxPluginConfigBytes;
       p.config_json = config.IsDefined() && !config.IsNull() ? yaml_to_json(config, left).dump() : "{}";
     } catch (const nlohmann::json::type_error&) {
       s.fail("config", "holds text that is not valid UTF-8");
     } catch (const TooManyValues&) {
-      s.fail("config", fmt::format("holds more than {} values (YAML aliases expanded)", kMaxPluginConfigValues));
+      s.fail("config", fmt::format("expands to more than {} bytes (8 per value plus its text, YAML aliases expanded)",
+                                   kMaxPluginConfigBytes));
     }
     // A path relative to the config file wins; else the plugin search path decides.
     if (config_dir && fs::path(p.path).is_relative() && fs::is_regular_file(*config_dir / p.path)) {
