@@ -20,6 +20,8 @@
 #include "pipeline/plugin_library.h"
 
 #include <nlohmann/json.hpp>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 
 namespace specpipe {
 namespace {
@@ -332,18 +334,46 @@ PipelineConfig read_document(const YAML::Node& root, std::string_view source,
   return c;
 }
 
+// Sees a document's events and keeps none of them: counting documents builds no nodes.
+class IgnoreEvents final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Documents in `text`, counted up to `cap`. Not YAML::LoadAll: on some inputs (a lone
+// ",", or ",K": found by fuzz/pipeline_yaml_fuzz.cpp) yaml-cpp 0.7's parser reports
+// empty documents without end, and LoadAll keeps every one until memory runs out.
+int count_documents(const std::string& text, int cap) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  IgnoreEvents events;
+  int documents = 0;
+  while (documents < cap && parser.HandleNextDocument(events)) ++documents;
+  return documents;
+}
+
 PipelineConfig parse_text(std::string_view yaml, std::string_view source,
                           const std::optional<fs::path>& config_dir) {
-  std::vector<YAML::Node> documents;
+  const std::string text(yaml);
+  YAML::Node document;
   try {
-    documents = YAML::LoadAll(std::string(yaml));
+    const int documents = count_documents(text, 2);
+    if (documents > 1)
+      fail(ErrorCode::invalid_argument, "{}: holds more than one YAML document, expected one", source);
+    if (documents == 1) document = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     fail(ErrorCode::invalid_argument, "{}: line {}, column {}: malformed YAML: {}", source, e.mark.line + 1,
          e.mark.column + 1, e.msg);
   }
-  if (documents.size() > 1)
-    fail(ErrorCode::invalid_argument, "{}: holds {} YAML documents, expected one", source, documents.size());
-  return read_document(documents.empty() ? YAML::Node() : documents.front(), source, config_dir);
+  return read_document(document, source, config_dir);
 }
 
 }  // namespace
