@@ -106,7 +106,8 @@ TEST(PartialView, RefusesWholeContextAndFullBuffer) {
   EXPECT_EQ(why, ViewRefusal::buffer_full);
 }
 
-TEST(RetrievalIndex, SummarisesVerifiedFullBlocksFromThePool) {
+// The store of the RetrievalIndex tests: 2 layers, 1 KV head of 4, blocks of 4 tokens.
+KvStoreConfig two_layer_store() {
   KvStoreConfig c;
   c.num_layers = 2;
   c.num_kv_heads = 1;
@@ -114,7 +115,11 @@ TEST(RetrievalIndex, SummarisesVerifiedFullBlocksFromThePool) {
   c.block_size = 4;
   c.num_blocks = 16;
   c.prefix_cache = false;
-  KvStore kv(c);
+  return c;
+}
+
+TEST(RetrievalIndex, SummarisesVerifiedFullBlocksFromThePool) {
+  KvStore kv(two_layer_store());
   const SeqId seq = kv.add_sequence({});
   std::vector<int32_t> tokens(14);
   kv.reserve(seq, 14);
@@ -149,13 +154,7 @@ TEST(RetrievalIndex, SummarisesVerifiedFullBlocksFromThePool) {
 // the newly full, verified blocks, by pool block id, all layers at once, and its answer
 // gives the same summaries as the keys read from the pool.
 TEST(RetrievalIndex, SummariserAnswersEqualThePoolsKeys) {
-  KvStoreConfig c;
-  c.num_layers = 2;
-  c.num_kv_heads = 1;
-  c.head_dim = 4;
-  c.block_size = 4;
-  c.num_blocks = 16;
-  c.prefix_cache = false;
+  const KvStoreConfig c = two_layer_store();
   KvStore kv(c);
   const SeqId other = kv.add_sequence({});  // its block first: pool ids differ from indices
   kv.reserve(other, 4);
