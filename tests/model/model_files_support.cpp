@@ -31,26 +31,6 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-/// These tests write (and copy the 7 MB demo-draft into) scratch dirs; remove this
-/// process's at exit unless a test failed, when they are evidence.
-class RemoveScratchDirs : public ::testing::Environment {
- public:
-  void TearDown() override {
-    if (::testing::UnitTest::GetInstance()->failed_test_count() > 0) return;
-    const std::string suffix = fmt::format("-{}-", ::getpid());
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(
-             std::filesystem::temp_directory_path(), ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.starts_with("specpipe-test-") && name.find(suffix) != std::string::npos)
-        std::filesystem::remove_all(entry.path(), ec);
-    }
-  }
-};
-
-[[maybe_unused]] const auto* const kCleanup =
-    ::testing::AddGlobalTestEnvironment(new RemoveScratchDirs());
-
 }  // namespace
 
 std::vector<std::byte> encode(const std::vector<float>& values, DType dtype) {
