@@ -14,6 +14,13 @@ mid-stream, malformed HTTP. Checks (any failure exits 1 and names it):
   - after the load: nothing in flight, the KV pools (target and draft) empty;
   - RSS flat after warm-up, open file descriptors back to the idle count;
   - SIGTERM with requests in flight: each gets its final, the process exits 0.
+With --curve the ZeroMQ endpoint is CURVE-authenticated (keys made by `specpipe keygen`):
+clients share --curve-keys allowed keys, `server.max_inflight_per_client` is
+--per-client-limit, and two more behaviours run: an intruder (no CURVE, or an unknown
+key) must be refused at the handshake and never answered; a burst of limit + 2 requests
+on one key gets `client_limit` for what is over its share, answered once like the rest.
+After the load, `stats.security` must count at least those refusals and exactly the
+`client_limit` replies the clients received.
 Prints one JSON report (and writes it to --report)."""
 import argparse
 import http.client
@@ -29,6 +36,10 @@ import threading
 import time
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "clients"))
+from specpipe_client import load_key  # noqa: E402  (the key-file reader users run)
 
 PROMPTS = [
     "def add(a, b):", "import os\nimport sys\n\ndef main():", "class Stack:\n    def __init__(self):",
@@ -91,14 +102,30 @@ def find_host(metrics):
 
 
 class Conn:
-    """One DEALER connection; a request is sent and its replies read until terminal."""
+    """One DEALER connection; a request is sent and its replies read until terminal.
+    curve: (server public key, client secret key), Z85 bytes, or None for a plain socket."""
 
-    def __init__(self, ctx, endpoint):
+    def __init__(self, ctx, endpoint, curve=None, monitor=False):
+        self.ctx, self.endpoint, self.curve = ctx, endpoint, curve
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve:
+            self.sock.curve_serverkey = curve[0]
+            self.sock.curve_secretkey = curve[1]
+            self.sock.curve_publickey = zmq.curve_public(curve[1])
+        # A monitor (before connect: it must see the handshake) for the intruder checks.
+        self.monitor = self.sock.get_monitor_socket() if monitor else None
         self.sock.connect(endpoint)
 
+    def again(self):
+        """A new connection as this one's client (the same key)."""
+        return Conn(self.ctx, self.endpoint, self.curve)
+
     def close(self):
+        if self.monitor is not None:
+            self.sock.disable_monitor()
+            self.monitor.close(0)
+            self.monitor = None
         self.sock.close(0)
 
     def recv(self, timeout_ms):
@@ -117,11 +144,35 @@ class Soak:
         self.seq_lock = threading.Lock()
         self.solo = {}      # (prompt index, seed or None) -> (tokens, text, finish)
         self.stop_at = 0.0
+        self.curve_keys = []  # per allowed client: (server public, client secret)
 
     def next_id(self, tag):
         with self.seq_lock:
             self.seq += 1
             return f"{tag}-{self.seq}"
+
+    def conn(self, index=0):
+        """A new connection of client `index` (with CURVE: its key, clients share them)."""
+        keys = self.curve_keys[index % len(self.curve_keys)] if self.curve_keys else None
+        return Conn(self.ctx, self.endpoint, keys)
+
+    def make_curve_keys(self):
+        """`specpipe keygen` for the server and --curve-keys clients: the YAML's section."""
+        a = self.args
+        keydir = os.path.join(self.work, "keys")
+        os.mkdir(keydir)
+        names = ["server"] + [f"client{k}" for k in range(a.curve_keys)]
+        for name in names:
+            subprocess.run([a.specpipe, "keygen", os.path.join(keydir, name)], check=True,
+                           stdout=subprocess.DEVNULL)
+        server_pub = load_key(os.path.join(keydir, "server.pub"))
+        self.curve_keys = [(server_pub, load_key(os.path.join(keydir, f"{n}.key"), secret=True))
+                           for n in names[1:]]
+        allowed = ", ".join(f"keys/{n}.pub" for n in names[1:])
+        return f"""  curve:
+    secret_key: keys/server.key
+    allowed_clients: [{allowed}]
+"""
 
     # ---- the server ----------------------------------------------------------------
     def start_server(self):
@@ -129,6 +180,7 @@ class Soak:
         self.work = tempfile.mkdtemp(prefix="specpipe-soak-")
         self.zmq_port, self.http_port = free_port(), free_port()
         self.endpoint = f"tcp://127.0.0.1:{self.zmq_port}"
+        curve = self.make_curve_keys() if a.curve else ""
         config = f"""version: 1
 models: {{target: demo-target, draft: demo-draft}}
 plugins:
@@ -144,7 +196,8 @@ server:
   http: "127.0.0.1:{self.http_port}"
   max_message_bytes: 65536
   max_inflight: 256
-  shutdown_grace_ms: 2000
+  max_inflight_per_client: {a.per_client_limit}
+{curve}  shutdown_grace_ms: 2000
   http_timeout_ms: 5000
 defaults: {{max_tokens: {MAX_TOKENS}, temperature: 0.0, stop_at_eos: true}}
 logging: {{level: info}}
@@ -155,7 +208,7 @@ logging: {{level: info}}
         env = dict(os.environ, SPECPIPE_THREADS=str(a.threads))
         self.server = subprocess.Popen([a.specpipe, "serve", "--config", self.config_path],
                                        stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self.control = Conn(self.ctx, self.endpoint)
+        self.control = self.conn()
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.server.poll() is not None:
@@ -176,7 +229,7 @@ logging: {{level: info}}
 
     # ---- solo references --------------------------------------------------------------
     def generate_solo(self):
-        conn = Conn(self.ctx, self.endpoint)
+        conn = self.conn()
         for i, prompt in enumerate(PROMPTS):
             for seed in [None] + (SEEDS if i < 2 else []):
                 req = {"type": "generate", "prompt": prompt, "max_tokens": MAX_TOKENS}
@@ -249,7 +302,7 @@ logging: {{level: info}}
                 if mode == "disconnect":
                     conn.close()  # mid-stream: the server must cancel it and free its KV
                     self.counts.inc("zmq_disconnected_mid_stream")
-                    return Conn(self.ctx, self.endpoint)
+                    return conn.again()
                 if mode == "cancel" and cancel_id is None:
                     cancel_id = self.next_id("c")
                     conn.sock.send(json.dumps({"v": 1, "id": cancel_id, "type": "cancel", "target": rid}).encode())
@@ -261,7 +314,7 @@ logging: {{level: info}}
         # of this connection, which read only their own ids); count what ended how.
         if final.get("type") == "error":
             self.counts.inc(f"zmq_error_{final.get('code')}")
-            if final.get("code") not in ("overloaded",):
+            if final.get("code") not in ("overloaded", "client_limit"):
                 self.fail.add(f"{rid}: error {final}")
             return conn
         if final.get("type") != "final":
@@ -308,6 +361,69 @@ logging: {{level: info}}
         if conn.recv(200) is not None:
             self.fail.add(f"malformed {kind}: answered twice")
         return conn
+
+    # ---- CURVE behaviours (--curve) -----------------------------------------------------
+    def zmq_intruder(self, rng):
+        """A client without CURVE, or with a key the server does not allow: its handshake
+        must fail (seen by the client's socket monitor) and its request never be answered."""
+        kind = rng.choice(["plain", "unknown_key"])
+        curve = None if kind == "plain" else (self.curve_keys[0][0], zmq.curve_keypair()[1])
+        conn = Conn(self.ctx, self.endpoint, curve, monitor=True)
+        try:
+            conn.sock.send(json.dumps({"v": 1, "id": self.next_id("intruder"), "type": "health"}).encode())
+            self.counts.inc(f"intruder_{kind}_sent")
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if conn.sock.poll(0):
+                    self.fail.add(f"intruder ({kind}): answered: {conn.sock.recv()[:200]}")
+                    return
+                if not conn.monitor.poll(100):
+                    continue
+                event = recv_monitor_message(conn.monitor)["event"]
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    self.fail.add(f"intruder ({kind}): the handshake succeeded")
+                    return
+                if event in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+                             zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL, zmq.EVENT_DISCONNECTED):
+                    if conn.sock.poll(200):
+                        self.fail.add(f"intruder ({kind}): answered after its refusal")
+                    else:
+                        self.counts.inc(f"intruder_{kind}_refused")
+                    return
+            self.fail.add(f"intruder ({kind}): neither refused nor answered within 60 s")
+        finally:
+            conn.close()
+
+    def zmq_burst(self, conn, rng):
+        """limit + 2 generate requests at once on one key: what is over the key's share
+        (others of the key may hold some) gets `client_limit`; every request one terminal."""
+        n = self.args.per_client_limit + 2
+        sent = {}
+        for _ in range(n):
+            i, rid = rng.randrange(len(PROMPTS)), self.next_id("b")
+            max_tokens = rng.randint(4, MAX_TOKENS)
+            conn.sock.send(json.dumps({"v": 1, "id": rid, "type": "generate", "prompt": PROMPTS[i],
+                                       "max_tokens": max_tokens}).encode())
+            sent[rid] = (i, max_tokens)
+        self.counts.inc("burst_generate_sent", n)
+        while sent:
+            r = conn.recv(600000)
+            if r is None:
+                self.fail.add(f"burst: {len(sent)} requests not answered within 600 s")
+                return
+            rid = r.get("id")
+            if rid not in sent:
+                self.fail.add(f"burst: a reply for an id not in flight: {rid} ({r.get('type')})")
+                continue
+            i, max_tokens = sent.pop(rid)
+            if r.get("type") == "error" and r.get("code") in ("client_limit", "overloaded"):
+                self.counts.inc(f"zmq_error_{r['code']}")
+            elif r.get("type") != "final":
+                self.fail.add(f"burst {rid}: unexpected reply {r}")
+            elif self.check_output(rid, (i, None), max_tokens, r["tokens"], r["text"], r["finish_reason"], False):
+                self.counts.inc("outputs_checked")
+        if conn.recv(200) is not None:
+            self.fail.add("burst: a reply after every request had its terminal one")
 
     # ---- HTTP behaviours -------------------------------------------------------------
     def http_stream(self, rng, disconnect):
@@ -394,9 +510,10 @@ logging: {{level: info}}
     # ---- the load ---------------------------------------------------------------------
     def client(self, index):
         rng = random.Random(index * 7919 + 1)
-        conn = Conn(self.ctx, self.endpoint)
+        conn = self.conn(index)
         modes = ["stream"] * 4 + ["whole"] * 3 + ["sampled"] * 2 + ["cancel"] * 2 + ["disconnect"] + \
-                ["malformed"] + ["http", "http", "http_disconnect", "http_malformed", "control"]
+                ["malformed"] + ["http", "http", "http_disconnect", "http_malformed", "control"] + \
+                (["intruder", "burst"] if self.curve_keys else [])
         while time.time() < self.stop_at:
             mode = rng.choice(modes)
             try:
@@ -408,6 +525,10 @@ logging: {{level: info}}
                     self.http_stream(rng, True)
                 elif mode == "http_malformed":
                     self.http_malformed(rng)
+                elif mode == "intruder":
+                    self.zmq_intruder(rng)
+                elif mode == "burst":
+                    self.zmq_burst(conn, rng)
                 elif mode == "control":
                     rid = self.next_id("q")
                     conn.sock.send(json.dumps({"v": 1, "id": rid, "type": rng.choice(["stats", "health"])}).encode())
@@ -420,8 +541,23 @@ logging: {{level: info}}
             except Exception as e:  # a client's own failure is a soak failure, named
                 self.fail.add(f"client {index} ({mode}): {type(e).__name__}: {e}")
                 conn.close()
-                conn = Conn(self.ctx, self.endpoint)
+                conn = conn.again()
         conn.close()
+
+    def check_security(self, security):
+        """The server's refusal counters against what the clients saw."""
+        c = self.counts.c
+        if not security.get("curve"):
+            self.fail.add(f"stats.security: CURVE is not on: {security}")
+        if security.get("refused_keys", 0) < c.get("intruder_unknown_key_refused", 0):
+            self.fail.add(f"stats.security.refused_keys {security.get('refused_keys')} < "
+                          f"{c.get('intruder_unknown_key_refused', 0)} unknown keys refused")
+        if security.get("failed_handshakes", 0) < c.get("intruder_plain_refused", 0):
+            self.fail.add(f"stats.security.failed_handshakes {security.get('failed_handshakes')} < "
+                          f"{c.get('intruder_plain_refused', 0)} plain clients refused")
+        if security.get("client_limit_refusals") != c.get("zmq_error_client_limit", 0):
+            self.fail.add(f"stats.security.client_limit_refusals {security.get('client_limit_refusals')} != "
+                          f"{c.get('zmq_error_client_limit', 0)} client_limit replies received")
 
     def run(self):
         a = self.args
@@ -457,6 +593,9 @@ logging: {{level: info}}
         host = find_host(drained.get("strategies", {}).get("kv_write", {}))
         if a.fault_round > 0 and not host.get("disabled"):
             self.fail.add(f"the faulty plugin never failed (kv_write host: {host})")
+        security = drained.get("security", {})
+        if a.curve:
+            self.check_security(security)
         time.sleep(1.0)
         end_rss, end_fds = proc_stats(pid)
         if end_fds > idle_fds:
@@ -472,7 +611,7 @@ logging: {{level: info}}
         # SIGTERM with requests in flight: each gets its final, then exit 0.
         conns = []
         for k in range(4):
-            c = Conn(self.ctx, self.endpoint)
+            c = self.conn(k)
             c.sock.send(json.dumps({"v": 1, "id": f"term-{k}", "type": "generate", "prompt": PROMPTS[k],
                                     "max_tokens": 4000, "ignore_eos": True, "stream": True}).encode())
             conns.append(c)
@@ -508,7 +647,7 @@ logging: {{level: info}}
             "counts": dict(sorted(self.counts.c.items())),
             "stats": {k: drained["stats"].get(k) for k in ("requests", "generated", "rounds", "acceptance_rate")},
             "kv_after_load": drained["kv"], "draft_kv_after_load": drained["draft_kv"],
-            "faulty_plugin_host": host,
+            "faulty_plugin_host": host, "security": security,
             "rss_mib": {"idle": round(idle_rss / 2**20, 1), "after_warmup": round(early / 2**20, 1),
                         "last_quarter": round(late / 2**20, 1), "max": round(max(rss, default=0) / 2**20, 1),
                         "end": round(end_rss / 2**20, 1)},
@@ -533,6 +672,9 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="SPECPIPE_THREADS of the server")
     p.add_argument("--sample-s", type=float, default=5, help="seconds between RSS / fd samples")
     p.add_argument("--report", help="also write the JSON report here")
+    p.add_argument("--curve", action="store_true", help="CURVE on the ZeroMQ endpoint (keys by specpipe keygen)")
+    p.add_argument("--curve-keys", type=int, default=5, help="allowed client keys, shared by the clients")
+    p.add_argument("--per-client-limit", type=int, default=64, help="server.max_inflight_per_client")
     sys.exit(Soak(p.parse_args()).run())
 
 
