@@ -2,20 +2,41 @@
 # Builds the libFuzzer harnesses (fuzz/*_fuzz.cpp) with clang, ASan and UBSan into
 # build-fuzz/ and runs each for SECONDS (default 60) from a seed corpus made of the
 # vendored models' files.
-#   scripts/fuzz.sh [SECONDS] [HARNESS...]     e.g. scripts/fuzz.sh 600 safetensors
+#   scripts/fuzz.sh [--ci] [--build-only] [SECONDS] [HARNESS...]   e.g. scripts/fuzz.sh 600 safetensors
+# Objects compile SPECPIPE_JOBS (default: the cores) at a time; the harnesses then run
+# that many at a time, each for SECONDS.
+# --ci: CI's short run (.ci/run): into build-fuzz-ci/ with -O0 and line tables only, which
+# compiles in about half the CPU time of the campaigns' -O1 -g (the harnesses run a few
+# times slower: what matters in CI's seconds is that every harness runs, not execs per
+# second); the same sanitizers and checks. --build-only: build, run nothing.
 # Corpora grow in build-fuzz/corpus/<harness>/ (SPECPIPE_FUZZ_BUILD: another folder); crashes land in build-fuzz/crashes/
 # (libFuzzer's crash-* files): each found one becomes a regression test.
 # Needs clang (Debian: apt-get install -y clang); the harnesses compile only the parser
 # sources they test, not the whole project.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+ci=0 build_only=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ci) ci=1; shift ;;
+    --build-only) build_only=1; shift ;;
+    *) break ;;
+  esac
+done
 seconds=${1:-60}
 shift || true
 harnesses=("$@")
 all=(safetensors index config tokenizer_text tokenizer_json pipeline_yaml protocol http)
 [ ${#harnesses[@]} -gt 0 ] || harnesses=("${all[@]}")
-command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (apt-get install -y clang)" >&2; exit 1; }
-build=${SPECPIPE_FUZZ_BUILD:-$root/build-fuzz}
+jobs=${SPECPIPE_JOBS:-$(nproc)}
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found (scripts/install-deps.sh --fuzz)" >&2; exit 1; }
+if [ $ci = 1 ]; then
+  build=${SPECPIPE_FUZZ_BUILD:-$root/build-fuzz-ci}
+  opt=(-O0 -gline-tables-only)
+else
+  build=${SPECPIPE_FUZZ_BUILD:-$root/build-fuzz}
+  opt=(-O1 -g)
+fi
 mkdir -p "$build/crashes" "$build/tmp" "$build/logs"
 # The harnesses write each input to a file under $TMPDIR (fuzz/fuzz_file.h): keep it here.
 export TMPDIR="$build/tmp"
@@ -41,20 +62,32 @@ declare -A packages=(
   [protocol]="libpcre2-8 libutf8proc"
   [http]="libpcre2-8 libutf8proc"
 )
-flags=(-std=c++20 -march="${SPECPIPE_CPU_ARCH:-x86-64-v3}" -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
+flags=(-std=c++20 -march="${SPECPIPE_CPU_ARCH:-x86-64-v3}" "${opt[@]}" -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined -ffunction-sections -fdata-sections -I"$root" -I"$root/include" -DSPECPIPE_FUZZ_ROOT="\"$root\""
        $(pkg-config --cflags spdlog fmt))
 
 # One object per source, shared by the harnesses (ccache, where installed, keeps them
-# across clean builds); compiled again only when the source is newer.
-launcher=$(command -v ccache || true)
-object() {  # source (relative to the root) -> prints its object's path
-  local o="$build/obj/${1%.cpp}.o"
+# across clean builds; SPECPIPE_FUZZ_LAUNCHER= (empty) compiles without it); compiled
+# again only when the source is newer.
+launcher=${SPECPIPE_FUZZ_LAUNCHER-$(command -v ccache || true)}
+object_of() { echo "$build/obj/${1%.cpp}.o"; }
+compile() {  # source (relative to the root)
+  local o
+  o=$(object_of "$1")
   mkdir -p "$(dirname "$o")"
   if [ ! -e "$o" ] || [ -n "$launcher" ] || [ "$root/$1" -nt "$o" ]; then
-    CCACHE_BASEDIR="$root" $launcher clang++ "${flags[@]}" -c "$root/$1" -o "$o" >&2 || return 1
+    CCACHE_BASEDIR="$root" $launcher clang++ "${flags[@]}" -c "$root/$1" -o "$o" || { echo "fuzz.sh: compiling $1 failed" >&2; return 1; }
   fi
-  echo "$o"
+}
+# A pool of `jobs` background jobs: pool_run CMD... starts one, waiting for a free slot;
+# pool_wait waits for all. A failed job makes `pool_failed` 1.
+pool_failed=0 pool_running=0
+pool_run() {
+  if [ $pool_running -ge "$jobs" ]; then wait -n || pool_failed=1; pool_running=$((pool_running - 1)); fi
+  "$@" & pool_running=$((pool_running + 1))
+}
+pool_wait() {
+  while [ $pool_running -gt 0 ]; do wait -n || pool_failed=1; pool_running=$((pool_running - 1)); done
 }
 
 seed() {  # harness corpus_dir
@@ -85,27 +118,56 @@ PY
   esac
 }
 
-status=0
+harness_sources() { echo "fuzz/${1}_fuzz.cpp" ${sources[$1]} "${common[@]}"; }
 for h in "${harnesses[@]}"; do
   [ -n "${sources[$h]:-}" ] || { echo "fuzz.sh: unknown harness '$h' (${!sources[*]})" >&2; exit 1; }
-  bin="$build/${h}_fuzz"
-  echo "== building $h"
-  objs=()
-  for f in "fuzz/${h}_fuzz.cpp" ${sources[$h]} "${common[@]}"; do
-    o=$(object "$f"); objs+=("$o")
-  done
+done
+
+# Build: every object once (the harnesses share most), `jobs` at a time, then the links.
+declare -A wanted=()
+for h in "${harnesses[@]}"; do for f in $(harness_sources "$h"); do wanted[$f]=1; done; done
+echo "== compiling ${#wanted[@]} sources, $jobs at a time (${opt[*]})"
+for f in "${!wanted[@]}"; do pool_run compile "$f"; done
+pool_wait
+[ $pool_failed = 0 ] || exit 1
+link() {  # harness; linked again only when an object is newer
+  local objs=() f bin="$build/${1}_fuzz" stale=0
+  for f in $(harness_sources "$1"); do objs+=("$(object_of "$f")"); done
+  [ -e "$bin" ] || stale=1
+  for f in "${objs[@]}"; do [ "$f" -nt "$bin" ] && stale=1; done
+  [ $stale = 1 ] || return 0
   # lld and --gc-sections: a parser's file may hold more than the parser (model/load_model.cpp also
   # builds models); what the harness never reaches is dropped with its references.
-  clang++ "${flags[@]}" -fuse-ld=lld -Wl,--gc-sections "${objs[@]}" $(pkg-config --libs spdlog fmt ${packages[$h]:-}) -o "$bin"
-  corpus="$build/corpus/$h"
-  if [ ! -d "$corpus" ]; then mkdir -p "$corpus"; seed "$h" "$corpus"; fi
-  echo "== fuzzing $h for ${seconds}s"
+  clang++ "${flags[@]}" -fuse-ld=lld -Wl,--gc-sections "${objs[@]}" $(pkg-config --libs spdlog fmt ${packages[$1]:-}) \
+    -o "$bin" || { echo "fuzz.sh: linking $1 failed" >&2; return 1; }
+}
+for h in "${harnesses[@]}"; do pool_run link "$h"; done
+pool_wait
+[ $pool_failed = 0 ] || exit 1
+echo "== built ${harnesses[*]} in $build"
+[ $build_only = 0 ] || exit 0
+
+fuzz() {  # harness: one run of SECONDS; exit 1 on a crash
+  local corpus="$build/corpus/$1"
+  if [ ! -d "$corpus" ]; then mkdir -p "$corpus"; seed "$1" "$corpus"; fi
   # -max_len: headers beyond 64 KiB explore nothing new; -rss_limit: the parsers must not
   # allocate by what the input declares.
-  "$bin" "$corpus" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
-    -artifact_prefix="$build/crashes/$h-" -print_final_stats=1 >"$build/logs/$h.log" 2>&1 || status=1
+  "$build/${1}_fuzz" "$corpus" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
+    -artifact_prefix="$build/crashes/$1-" -print_final_stats=1 >"$build/logs/$1.log" 2>&1
+}
+echo "== fuzzing ${harnesses[*]} for ${seconds}s each, $jobs at a time"
+status=0
+for h in "${harnesses[@]}"; do pool_run fuzz "$h"; done
+pool_wait
+for h in "${harnesses[@]}"; do
   # The summary: coverage of the seeds (INITED) and at the end (DONE), execs, any crash.
+  echo "== $h"
   grep -E "INITED|DONE|ERROR|SUMMARY|^stat::(number_of_executed_units|peak_rss_mb)|Test unit written" \
     "$build/logs/$h.log" || true
+  if ! grep -q "DONE" "$build/logs/$h.log"; then
+    status=1
+    echo "fuzz.sh: $h failed; the end of $build/logs/$h.log:" >&2
+    tail -n 40 "$build/logs/$h.log" >&2
+  fi
 done
-exit $status
+exit $(( status | pool_failed ))

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages specpipe builds against, only when one is missing.
 # Every dependency comes from Debian's own archive (see docs/DEPENDENCIES.md).
+#   scripts/install-deps.sh [--fuzz]    --fuzz: also what scripts/fuzz.sh needs (clang, lld,
+#                                       clang's sanitizer and libFuzzer runtimes)
 set -euo pipefail
+fuzz=0
+[ "${1:-}" != --fuzz ] || fuzz=1
 
 packages=(
   build-essential cmake pkg-config
@@ -12,18 +16,25 @@ packages=(
   curl python3-venv
 )
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+[ $fuzz = 0 ] || packages+=(clang lld)
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
+updated=0
+install_missing() {  # installs those of the named packages that are missing
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  echo "install-deps: installing ${missing[*]}" >&2
+  local sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  [ $updated = 1 ] || "${sudo_cmd[@]}" apt-get update -qq
+  updated=1
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
 
-echo "install-deps: installing ${missing[*]}" >&2
-sudo_cmd=()
-[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_missing "${packages[@]}"
+# -fsanitize=fuzzer,address,undefined links clang's runtimes, a package of clang's own
+# version (libclang-rt-14-dev on Debian 12) that clang only recommends.
+[ $fuzz = 0 ] || install_missing "libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev"
