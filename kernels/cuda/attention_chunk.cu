@@ -1,0 +1,328 @@
+// The chunk kernels (attention_paths.h): a block per (kv head, chunk of 128 keys, row), the
+// first version kept as the bitwise reference, and the forward's version whose last block
+// per (row, kv head) merges the row (attention_device.cuh's merge_row).
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/attention_paths.h"
+#include "kernels/cuda/pdl.cuh"
+
+namespace specpipe::cuda::attention_detail {
+namespace {
+
+/// Shared memory of a chunk block: the group's queries, the scores (then numerators),
+/// each key's K and V row addresses, reduction scratch, whether this block merges.
+template <int kDimLanes, class T>
+struct ChunkShared {
+  float q[kMaxGroup * 32 * kDimLanes];
+  float p[kMaxGroup][C];
+  const T* krow[C];
+  const T* vrow[C];
+  float red[kMaxGroup][kWarps];
+  float red2[kMaxGroup][kWarps];
+  bool merges;
+};
+
+/// What a chunk block works on: its (row, kv head, chunk), the keys [j0, j0 + count).
+struct ChunkTask {
+  int32_t row, kvh, chunk;
+  RowInfo r;
+  int32_t j0, count;
+  int32_t hd, group;  // head_dim, query heads per kv head
+};
+
+/// The block's task from its coordinates. Returns false (for the whole block) when the
+/// chunk lies past the row's keys. Reads only the window metadata, which the host uploads
+/// before the forward and no kernel writes: safe before waiting for the previous kernel.
+__device__ inline bool chunk_task(const AttentionBatch& b, int32_t row, int32_t kvh, int32_t chunk, ChunkTask& task) {
+  task.row = row;
+  task.kvh = kvh;
+  task.chunk = chunk;
+  task.r = row_info(b, row);
+  return chunk < attention_chunks(task.r.keys);
+}
+
+/// Loads the group's queries and the addresses of the chunk's K/V rows (pool prefix or
+/// dense window) into shared memory.
+template <int kDimLanes, class T>
+__device__ inline void load_chunk(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
+                                  ChunkShared<kDimLanes, T>& sh, ChunkTask& task) {
+  const int32_t row = task.row, kvh = task.kvh, chunk = task.chunk;
+  const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
+  task.hd = hd;
+  task.group = group;
+  task.j0 = chunk * C;
+  task.count = min(C, task.r.keys - task.j0);
+  const int tid = threadIdx.x;
+  const float* q = b.q + int64_t{row} * b.ld_q + int64_t{kvh} * group * hd;
+  for (int t = tid; t < group * hd; t += blockDim.x) sh.q[t] = q[t];
+  if (tid < task.count) {
+    const int32_t j = task.j0 + tid;
+    const int64_t head_off = int64_t{kvh} * hd;
+    const AttentionWindowDesc& w = task.r.w;
+    if (j < w.prefix_len) pool_rows(pool, w, j, head_off, sh.krow[tid], sh.vrow[tid]);
+    else window_rows(b, w, j, head_off, sh.krow[tid], sh.vrow[tid]);
+  }
+  __syncthreads();
+}
+
+/// The (row, head, chunk) record of the split-K workspace: max, sum, hd value sums.
+__device__ inline float* workspace_at(const AttentionShape& s, const AttentionBatch& b, const ChunkTask& task,
+                                      int32_t g) {
+  const int32_t group = s.num_heads / s.num_kv_heads;
+  const int64_t h = int64_t{task.kvh} * group + g;
+  return b.workspace + ((int64_t{task.row} * s.num_heads + h) * b.max_chunks + task.chunk) * (s.head_dim + 2);
+}
+
+/// The first version of the chunk kernel: partial attention of one query row, one kv
+/// head's group of query heads, over the keys [chunk*C, chunk*C + C) of the row. Every
+/// order below depends on head_dim and the chunk's key count only. Kept as the bitwise
+/// reference of attention_chunk_kernel (attention_reference()).
+template <class T>
+__global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(AttentionShape s, PagedPool pool,
+                                                                             AttentionBatch b) {
+  __shared__ ChunkShared<kDimPerLane, T> sh;
+  ChunkTask task;
+  if (!chunk_task(b, blockIdx.z, blockIdx.y, blockIdx.x, task)) return;
+  load_chunk(s, pool, b, sh, task);
+  const int32_t hd = task.hd, group = task.group, count = task.count;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  // Scores: a warp per key; lane l holds dims l, l+32, ...; a fixed butterfly sums them.
+  for (int jl = warp; jl < C; jl += kWarps) {
+    if (jl >= count) {
+      if (lane < group) sh.p[lane][jl] = -INFINITY;
+      continue;
+    }
+    float kreg[kDimPerLane];
+#pragma unroll
+    for (int t = 0; t < kDimPerLane; ++t) kreg[t] = lane + 32 * t < hd ? kv_float(sh.krow[jl][lane + 32 * t]) : 0.0f;
+    for (int g = 0; g < group; ++g) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int t = 0; t < kDimPerLane; ++t)
+        if (lane + 32 * t < hd) dot = fmaf(sh.q[g * hd + lane + 32 * t], kreg[t], dot);
+      dot = detail::warp_sum(dot);
+      if (lane == 0) sh.p[g][jl] = dot * s.scale;
+    }
+  }
+  __syncthreads();
+  // Softmax numerators: thread tid owns key tid of the chunk.
+  for (int g = 0; g < group; ++g) {
+    const float sc = sh.p[g][tid];
+    const float m = detail::block_max<kThreads>(sc, sh.red[0]);
+    const float e = tid < count ? expf(sc - m) : 0.0f;
+    sh.p[g][tid] = e;
+    const float sum = detail::block_sum<kThreads>(e, sh.red[0]);
+    if (tid == 0) {
+      workspace_at(s, b, task, g)[0] = m;
+      workspace_at(s, b, task, g)[1] = sum;
+    }
+  }
+  __syncthreads();
+  // Unnormalised value sums: one chain per (head, dim) over the chunk's keys in order.
+  for (int o = tid; o < group * hd; o += kThreads) {
+    const int g = o / hd, d = o % hd;
+    float acc = 0.0f;
+    for (int jl = 0; jl < count; ++jl) acc = fmaf(sh.p[g][jl], kv_float(sh.vrow[jl][d]), acc);
+    workspace_at(s, b, task, g)[2 + d] = acc;
+  }
+}
+
+/// The chunk kernel of the forward: the reference's arithmetic in the reference's order
+/// (same bits), organised for latency. kDimLanes = ceil(head_dim / 32) dims per lane and
+/// kHeadsPerThread value chains per thread are compile-time, so no work is predicated
+/// off for the common shapes (the first version spent most of its issue slots on
+/// predicated-off lanes of 8 dims and 16 heads). A block has kFastThreads threads, four
+/// times the reference's: a decode step has few blocks (chunks x kv heads), and each
+/// warp's long instruction stream was the latency; now a warp scores 8 keys and a
+/// thread runs one or two value chains. Which thread computes a key's score or a
+/// (head, dim) chain does not change its arithmetic.
+///
+/// With `stage` the chunk's values are copied to shared memory (staged_values) while the
+/// scores are computed, so the value chains wait for one round of loads, not one per 16
+/// keys; the sums read the same floats in the same order. With b.counters the last block
+/// of (row, kv head) to finish merges the row's chunks for the group's heads (outb: BF16).
+template <int kDimLanes, int kHeadsPerThread, class T>
+__global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
+                                                                   AttentionBatch b, uint16_t* outb, bool stage) {
+  // Grid (kv head, chunk, row): a graph launches the pool's capacity of chunks; the rows'
+  // real chunks come first in launch order, and the blocks past a row's keys leave
+  // before waiting for the kernel before, so over a long pool they do not hold the slots
+  // (2 blocks an SM when values are staged) that real blocks wait for. (No change at the
+  // 8B shape's context 512 on an H100: 1.297x vs 1.298x in one call.)
+  ChunkTask task;
+  if (!chunk_task(b, blockIdx.z, blockIdx.x, blockIdx.y, task)) return;
+  detail::begin_dependent_kernel();
+  __shared__ ChunkShared<kDimLanes, T> sh;
+  load_chunk(s, pool, b, sh, task);
+  const int32_t hd = task.hd, group = task.group, count = task.count;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
+  T* const staged = reinterpret_cast<T*>(staged_values);
+  if (stage) {
+    constexpr int kVec = kVecElems<T>;
+    const int vecs = hd / kVec;  // stage requires head_dim % kVec == 0 and 16-byte aligned rows
+    for (int i = tid; i < count * vecs; i += kFastThreads)
+      copy_async16(staged + i * kVec, sh.vrow[i / vecs] + (i % vecs) * kVec);
+  }
+
+  // Scores, as the reference: a warp per key, lane l holding dims l, l+32, ..., one FMA
+  // chain then a fixed butterfly; a warp takes kKeys keys at a time so their loads are
+  // in flight together and their butterflies interleave.
+  constexpr int kKeys = C / kFastWarps;  // one pass: every warp's keys in flight together
+  for (int base = warp; base < C; base += kKeys * kFastWarps) {
+    float kreg[kKeys][kDimLanes];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+      const int jl = base + u * kFastWarps;
+#pragma unroll
+      for (int t = 0; t < kDimLanes; ++t)
+        kreg[u][t] = jl < count && lane + 32 * t < hd ? kv_float(sh.krow[jl][lane + 32 * t]) : 0.0f;
+    }
+    for (int g = 0; g < group; ++g) {
+      float dot[kKeys];
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) {
+        dot[u] = 0.0f;
+#pragma unroll
+        for (int t = 0; t < kDimLanes; ++t)
+          if (lane + 32 * t < hd) dot[u] = fmaf(sh.q[g * hd + lane + 32 * t], kreg[u][t], dot[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kKeys; ++u) dot[u] = detail::warp_sum(dot[u]);
+      if (lane == 0) {
+#pragma unroll
+        for (int u = 0; u < kKeys; ++u)
+          if (base + u * kFastWarps < count) sh.p[g][base + u * kFastWarps] = dot[u] * s.scale;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+      if (base + u * kFastWarps >= count && lane < group) sh.p[lane][base + u * kFastWarps] = -INFINITY;
+  }
+  __syncthreads();
+
+  // Softmax numerators, every head of the group at once: block_max / block_sum's orders
+  // (a butterfly per warp, then the warps in order) with two barriers in all instead of
+  // four per head. Thread tid < C owns key tid, as in the reference's 128-thread block.
+  if (tid < C)
+    for (int g = 0; g < group; ++g) {
+      const float m = detail::warp_max(sh.p[g][tid]);
+      if (lane == 0) sh.red[g][warp] = m;
+    }
+  __syncthreads();
+  if (tid < C)
+    for (int g = 0; g < group; ++g) {
+      float m = sh.red[g][0];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.red[g][w]);
+      const float e = tid < count ? expf(sh.p[g][tid] - m) : 0.0f;
+      sh.p[g][tid] = e;
+      const float sum = detail::warp_sum(e);
+      if (lane == 0) sh.red2[g][warp] = sum;
+    }
+  if (stage) copy_async_wait_all();  // this thread's copies; the barrier shows everyone's
+  __syncthreads();
+  if (tid < group) {
+    float m = sh.red[tid][0], sum = sh.red2[tid][0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      m = fmaxf(m, sh.red[tid][w]);
+      sum += sh.red2[tid][w];
+    }
+    workspace_at(s, b, task, tid)[0] = m;
+    workspace_at(s, b, task, tid)[1] = sum;
+  }
+
+  // Unnormalised value sums: the chains of one dim for kHeadsPerThread heads of the
+  // group side by side (each value read once for all of them); every chain adds its
+  // keys in ascending order, as the reference.
+  const int span = hd < kFastThreads ? hd : kFastThreads;  // dims in flight
+  const int parts = kFastThreads / span;                   // threads sharing one dim (heads split)
+  const int gpart = tid / span;
+  auto value_sums = [&](auto value_at) {
+    for (int d = tid % span; d < hd; d += span) {
+      float acc[kHeadsPerThread];
+#pragma unroll
+      for (int i = 0; i < kHeadsPerThread; ++i) acc[i] = 0.0f;
+#pragma unroll 16
+      for (int jl = 0; jl < count; ++jl) {
+        const float vv = value_at(jl, d);
+#pragma unroll
+        for (int i = 0; i < kHeadsPerThread; ++i) {
+          const int g = gpart + i * parts;
+          if (g < group) acc[i] = fmaf(sh.p[g][jl], vv, acc[i]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kHeadsPerThread; ++i) {
+        const int g = gpart + i * parts;
+        if (g < group) workspace_at(s, b, task, g)[2 + d] = acc[i];
+      }
+    }
+  };
+  if (gpart < parts) {
+    if (stage) value_sums([&](int jl, int d) { return kv_float(staged[jl * hd + d]); });
+    else value_sums([&](int jl, int d) { return kv_float(sh.vrow[jl][d]); });
+  }
+  if (b.counters == nullptr) return;  // the combine kernel merges
+
+  // The last block of (row, kv head) to get here merges the row's chunks: every block
+  // publishes its records (fence), then counts itself in; the one that completes the
+  // count reads them all and puts the counter back to zero for the next launch.
+  const int32_t row = task.row, kvh = task.kvh;
+  const int32_t chunks = attention_chunks(task.r.keys);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    uint32_t* counter = b.counters + int64_t{row} * s.num_kv_heads + kvh;
+    sh.merges = atomicAdd(counter, 1u) + 1 == static_cast<uint32_t>(chunks);
+    if (sh.merges) atomicExch(counter, 0u);
+  }
+  __syncthreads();
+  if (!sh.merges) return;
+  __threadfence();
+  merge_row(s, b, outb, row, kvh, chunks, staged_values, stage ? int64_t{C} * hd : 0);
+}
+
+template <int kDimLanes, class T>
+cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, dim3 grid,
+                          uint16_t* outb, cudaStream_t stream) {
+  // Value chains per thread: the group's heads over the threads that share a dim.
+  const int span = s.head_dim < kFastThreads ? s.head_dim : kFastThreads;
+  const int per_thread = (s.num_heads / s.num_kv_heads + kFastThreads / span - 1) / (kFastThreads / span);
+  auto* kernel = per_thread <= 1   ? attention_chunk_kernel<kDimLanes, 1, T>
+                 : per_thread <= 2 ? attention_chunk_kernel<kDimLanes, 2, T>
+                                   : attention_chunk_kernel<kDimLanes, kMaxGroup, T>;
+  const bool stage = can_stage<T>(s, pool, b);
+  // C x head_dim floats whatever the storage type: the values take half of it in BF16, and
+  // the merging block's chunk weights all of it (the FP32 room: with BF16's half, rows of
+  // over 1,024 chunks at group 4 fell back to the slow per-output merge, 1.4x a 128K step).
+  const size_t staged_bytes = stage ? size_t{C} * s.head_dim * sizeof(float) : 0;
+  if (const cudaError_t e = allow_dynamic_shared(kernel, staged_bytes); e != cudaSuccess) return e;
+  return detail::launch_dependent_shared(kernel, grid, dim3(kFastThreads), staged_bytes, stream, true, s, pool, b,
+                                         outb, stage);
+}
+
+}  // namespace
+
+template <class T>
+cudaError_t launch_chunk_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
+                              bool reference, cudaStream_t stream) {
+  if (reference) {
+    const dim3 grid(b.max_chunks, s.num_kv_heads, b.total_tokens);
+    attention_chunk_reference_kernel<T><<<grid, kThreads, 0, stream>>>(s, pool, b);
+    return cudaGetLastError();
+  }
+  const dim3 fast_grid(s.num_kv_heads, b.max_chunks, b.total_tokens);
+  if (s.head_dim <= 32) return launch_chunks<1, T>(s, pool, b, fast_grid, outb, stream);
+  if (s.head_dim <= 64) return launch_chunks<2, T>(s, pool, b, fast_grid, outb, stream);
+  if (s.head_dim <= 128) return launch_chunks<4, T>(s, pool, b, fast_grid, outb, stream);
+  return launch_chunks<8, T>(s, pool, b, fast_grid, outb, stream);
+}
+
+template cudaError_t launch_chunk_path<float>(const AttentionShape&, const PagedPool&, const AttentionBatch&,
+                                              uint16_t*, bool, cudaStream_t);
+template cudaError_t launch_chunk_path<uint16_t>(const AttentionShape&, const PagedPool&, const AttentionBatch&,
+                                                 uint16_t*, bool, cudaStream_t);
+
+}  // namespace specpipe::cuda::attention_detail

@@ -1,0 +1,364 @@
+// The window kernel (attention_paths.h): verify windows whose rows share each K/V chunk load.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/attention_device.cuh"
+#include "kernels/cuda/attention_paths.h"
+#include "kernels/cuda/pdl.cuh"
+
+namespace specpipe::cuda::attention_detail {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Verify windows sharing each K/V load (attention_window_kernel + attention_merge_kernel).
+//
+// The chunk kernel's grid is (kv head, chunk, row): every row of a verify window loads the
+// same keys and values again. For batches of 2..kStageMaxRows rows the window kernel takes
+// a block per (kv head, chunk, group of a window's rows): the chunk's keys are loaded once
+// (K into registers, V staged in shared memory) and every (row, query head) of the group,
+// a "slot", is scored against them and sums the values. The grid is (kv head, max_chunks):
+// block y takes the batch's (group, chunk) tasks y, y + max_chunks, ..., so one window
+// launches as many blocks as decode. Two builds of it, the same arithmetic: wide (a
+// warp's 8 keys of K in registers, up to 128 registers a thread, one block an SM) and lean
+// (4 keys at a time, 64 registers, two blocks an SM); window_path_mode picks.
+//
+// Every number it writes is the chunk kernel's: a slot's score is the same per-lane FMA
+// chain and the same butterfly (done as a reduce-scatter: 32 dot products in 31 shuffles,
+// lane L ending with dot L, which is the tree lane 0 of warp_sum builds, since the xor
+// pairs are the same and a + b == b + a; lean: 16 dot products, four halving steps and the
+// butterfly's last); the
+// max and sum of the chunk are the same warp-then-warps-in-order reductions over 128 keys;
+// a slot's value chains add its row's keys [j0, j0 + count_row) in ascending order, rows
+// whose keys end inside the chunk stopping where the chunk kernel stops. The records go to
+// the same (row, head, chunk) places, and attention_merge_kernel merges each (row, kv head)
+// with merge_row, as the chunk kernel's last block does (a second launch: the counters stay
+// zero): the same bits (the check compares them with attention_reference, and decode with
+// window rows, bit for bit).
+
+/// A group's slots (row, query head) are at most this many (shared memory: queries and
+/// scores per slot); a window with more rows x group is cut into groups of rows.
+constexpr int kWindowMaxSlots = 64;
+constexpr int kScoreStride = C + 4;  // floats per slot's scores: 16-byte rows, fewer bank conflicts
+
+/// SPECPIPE_ATTENTION_WINDOW in the environment (read once): 0 keeps every batch on the
+/// chunk kernel (a row per block), for A/B timings; 1 the window kernel with up to 128
+/// registers a thread (one block an SM; wide: a warp's 8 keys in registers); 2 the lean one
+/// (64 registers, two blocks an SM; 4 keys at a time); unset (or anything else): lean when
+/// the grid has two blocks an SM to fill (kv heads x max_chunks >= kLeanMinBlocks), else
+/// wide (few blocks: each block's latency counts, not how many an SM holds). The same bits
+/// in every mode.
+int window_path_mode() {
+  static const int mode = [] {
+    const char* v = std::getenv("SPECPIPE_ATTENTION_WINDOW");
+    if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
+    if (v != nullptr && std::strcmp(v, "1") == 0) return 1;
+    if (v != nullptr && std::strcmp(v, "2") == 0) return 2;
+    return -1;  // by the grid
+  }();
+  return mode;
+}
+
+/// Blocks of the window grid from which the lean build is the default: two an SM of an
+/// H100 / H200 (132 SMs; a constant, so the launch asks the runtime nothing under capture).
+constexpr int64_t kLeanMinBlocks = 2 * 132;
+
+/// What one task of the window kernel works on: rows [row0 + first, row0 + rows) of a
+/// group (first: the first row with keys in the chunk), keys [j0, j0 + C) of the chunk.
+struct WindowTask {
+  int32_t row0, rows, first;  // group's first row, its row count, first active row (local)
+  int32_t keys0;              // keys the group's first row sees
+  int32_t j0, chunk;
+  int32_t slots;              // (rows - first) * group
+  int32_t count_min, count_max;
+  /// Keys of the chunk that local row k sees.
+  __device__ int32_t count(int32_t k) const { return min(C, keys0 + k - j0); }
+};
+
+/// K chains of value sums of one dim d, for the slots `slot[i]`: every chain adds the
+/// keys of its row in ascending order (the common keys four at a time, then the rows' own
+/// ends one by one), as the chunk kernel's chains.
+template <int K, class T>
+__device__ inline void window_value_chains(const AttentionShape& s, const AttentionBatch& b, const WindowTask& t,
+                                           int32_t kvh, int32_t group, int d, const int32_t* slot, const T* sv,
+                                           const float* sp) {
+  const int32_t hd = s.head_dim;
+  float acc[K];
+  const float* pr[K];
+  int32_t cnt[K];
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    acc[i] = 0.0f;
+    pr[i] = sp + slot[i] * kScoreStride;
+    cnt[i] = t.count(t.first + slot[i] / group);
+  }
+  int32_t jl = 0;
+#pragma unroll 4
+  for (; jl + 4 <= t.count_min; jl += 4) {
+    const float v0 = kv_float(sv[(jl + 0) * hd + d]), v1 = kv_float(sv[(jl + 1) * hd + d]);
+    const float v2 = kv_float(sv[(jl + 2) * hd + d]), v3 = kv_float(sv[(jl + 3) * hd + d]);
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const float4 p = *reinterpret_cast<const float4*>(pr[i] + jl);
+      acc[i] = fmaf(p.x, v0, acc[i]);
+      acc[i] = fmaf(p.y, v1, acc[i]);
+      acc[i] = fmaf(p.z, v2, acc[i]);
+      acc[i] = fmaf(p.w, v3, acc[i]);
+    }
+  }
+  for (; jl < t.count_max; ++jl) {
+    const float vv = kv_float(sv[jl * hd + d]);
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (jl < cnt[i]) acc[i] = fmaf(pr[i][jl], vv, acc[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int32_t row = t.row0 + t.first + slot[i] / group;
+    const int64_t h = int64_t{kvh} * group + slot[i] % group;
+    b.workspace[((int64_t{row} * s.num_heads + h) * b.max_chunks + t.chunk) * (hd + 2) + 2 + d] = acc[i];
+  }
+}
+
+/// Grid (kv head, max_chunks): block y takes tasks y, y + max_chunks, ... of the batch's
+/// (group, chunk) tasks (groups: a window's rows cut into runs of rows_per_group), so a
+/// single window launches no more blocks than decode. Dynamic shared memory: the staged
+/// values [C][hd], the slots' queries [max_slots][hd], scores [max_slots][kScoreStride],
+/// two [max_slots][kWarps] reduction arrays. Writes the chunk records only; merged by
+/// attention_merge_kernel.
+template <int kDimLanes, bool kLean, class T>
+__global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
+                                                                    AttentionBatch b, int32_t rows_per_group,
+                                                                    int32_t max_slots) {
+  __shared__ int32_t grp_first[kStageMaxRows], grp_rows[kStageMaxRows], grp_task0[kStageMaxRows + 1];
+  __shared__ int32_t grp_count;
+  __shared__ const T* krow[C];
+  __shared__ const T* vrow[C];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  // The batch's groups and their tasks (metadata only: before waiting for the kernel before).
+  if (warp == 0) {
+    bool leader = false;
+    int32_t nrows = 0, chunks = 0;
+    if (lane < b.total_tokens) {
+      const RowInfo r = row_info(b, lane);
+      const int32_t local = lane - r.w.first_token;
+      leader = local % rows_per_group == 0;
+      nrows = min(rows_per_group, r.w.n - local);
+      chunks = attention_chunks(r.keys + nrows - 1);  // the group's last row's
+    }
+    const unsigned leaders = __ballot_sync(detail::kFullMask, leader);
+    int32_t incl = leader ? chunks : 0;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int32_t x = __shfl_up_sync(detail::kFullMask, incl, o);
+      if (lane >= o) incl += x;
+    }
+    const int idx = __popc(leaders & ((1u << lane) - 1u));
+    if (leader) {
+      grp_first[idx] = lane;
+      grp_rows[idx] = nrows;
+      grp_task0[idx] = incl - chunks;
+    }
+    if (lane == 31) {
+      grp_task0[__popc(leaders)] = incl;
+      grp_count = __popc(leaders);
+    }
+  }
+  __syncthreads();
+  const int32_t groups = grp_count, tasks = grp_task0[groups];
+  if (static_cast<int32_t>(blockIdx.y) >= tasks) return;
+  detail::begin_dependent_kernel();
+
+  const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads, kvh = blockIdx.x;
+  T* sv = reinterpret_cast<T*>(staged_values);  // [C][hd] of the storage type (16-byte rows)
+  float* sq = reinterpret_cast<float*>(sv + C * hd);  // [max_slots][hd]
+  float* sp = sq + max_slots * hd;    // [max_slots][kScoreStride]
+  float* red = sp + max_slots * kScoreStride;  // [max_slots][kWarps]
+  float* red2 = red + max_slots * kWarps;
+  constexpr int kVec = kVecElems<T>;
+  const int vecs = hd / kVec;
+
+  for (int32_t task = blockIdx.y; task < tasks; task += gridDim.y) {
+    int32_t gi = 0;
+    while (gi + 1 < groups && grp_task0[gi + 1] <= task) ++gi;
+    WindowTask t;
+    t.chunk = task - grp_task0[gi];
+    t.row0 = grp_first[gi];
+    t.rows = grp_rows[gi];
+    const AttentionWindowDesc w = b.windows[b.token_window[t.row0]];
+    t.keys0 = w.prefix_len + (t.row0 - w.first_token) + 1;
+    t.j0 = t.chunk * C;
+    t.first = max(0, t.j0 - t.keys0 + 1);
+    t.slots = (t.rows - t.first) * group;
+    t.count_min = t.count(t.first);
+    t.count_max = t.count(t.rows - 1);
+    const int32_t slots = t.slots;
+
+    // The slots' queries and the chunk's K/V row addresses (pool prefix or dense window).
+    for (int i = tid; i < slots * hd; i += kFastThreads) {
+      const int32_t sl = i / hd, d = i % hd;
+      const int32_t row = t.row0 + t.first + sl / group;
+      sq[i] = b.q[int64_t{row} * b.ld_q + (int64_t{kvh} * group + sl % group) * hd + d];
+    }
+    if (tid < t.count_max) {
+      const int32_t j = t.j0 + tid;
+      const int64_t head_off = int64_t{kvh} * hd;
+      if (j < w.prefix_len) pool_rows(pool, w, j, head_off, krow[tid], vrow[tid]);
+      else window_rows(b, w, j, head_off, krow[tid], vrow[tid]);
+    }
+    __syncthreads();
+    for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
+      copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
+
+    // Scores: a warp holds kKeys keys' K (lane l dims l, l+32, ...) and scores them against
+    // 4 slots at a time: 32 dot products, each the chunk kernel's chain, then one
+    // reduce-scatter; lane L stores key L / 4, slot L % 4. Lean (64 registers, two blocks
+    // an SM): half the keys at a time, 16 dot products a reduce-scatter.
+    constexpr int kKeys = C / kFastWarps;
+    static_assert(kKeys * 4 == 32);
+    constexpr int kPassKeys = kLean ? kKeys / 2 : kKeys;
+#pragma unroll 1
+    for (int pass = 0; pass < kKeys / kPassKeys; ++pass) {
+      float kreg[kPassKeys][kDimLanes];
+#pragma unroll
+      for (int u = 0; u < kPassKeys; ++u) {
+        const int jl = warp + (pass * kPassKeys + u) * kFastWarps;
+#pragma unroll
+        for (int d = 0; d < kDimLanes; ++d)
+          kreg[u][d] = jl < t.count_max && lane + 32 * d < hd ? kv_float(krow[jl][lane + 32 * d]) : 0.0f;
+      }
+      for (int sl0 = 0; sl0 < slots; sl0 += 4) {
+        float v[kPassKeys * 4];
+#pragma unroll
+        for (int s4 = 0; s4 < 4; ++s4) {
+          const float* qs = sq + min(sl0 + s4, slots - 1) * hd;
+          float qreg[kDimLanes];
+#pragma unroll
+          for (int d = 0; d < kDimLanes; ++d) qreg[d] = lane + 32 * d < hd ? qs[lane + 32 * d] : 0.0f;
+#pragma unroll
+          for (int u = 0; u < kPassKeys; ++u) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int d = 0; d < kDimLanes; ++d)
+              if (lane + 32 * d < hd) dot = fmaf(qreg[d], kreg[u][d], dot);
+            v[u * 4 + s4] = dot;
+          }
+        }
+        const float dot = reduce_scatter(v, lane);
+        const int index = kLean ? lane >> 1 : lane;  // lean: lanes L and L ^ 1 hold the same sum
+        const int u = index >> 2, sl = sl0 + (index & 3), jl = warp + (pass * kPassKeys + u) * kFastWarps;
+        if (sl < slots && (!kLean || (lane & 1) == 0))
+          sp[sl * kScoreStride + jl] = jl < t.count(t.first + sl / group) ? dot * s.scale : -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    // Softmax numerators: the chunk kernel's reductions per slot, thread (part, key) taking
+    // the slots part, part + 4, ... for its key (key = tid % C as there).
+    {
+      const int key = tid % C, part = tid / C, kw = key / 32;
+      constexpr int kParts = kFastThreads / C;
+      for (int sl = part; sl < slots; sl += kParts) {
+        const float m = detail::warp_max(sp[sl * kScoreStride + key]);
+        if (lane == 0) red[sl * kWarps + kw] = m;
+      }
+      __syncthreads();
+      for (int sl = part; sl < slots; sl += kParts) {
+        float m = red[sl * kWarps];
+#pragma unroll
+        for (int w2 = 1; w2 < kWarps; ++w2) m = fmaxf(m, red[sl * kWarps + w2]);
+        float* ps = sp + sl * kScoreStride + key;
+        const float e = key < t.count(t.first + sl / group) ? expf(*ps - m) : 0.0f;
+        *ps = e;
+        const float sum = detail::warp_sum(e);
+        if (lane == 0) red2[sl * kWarps + kw] = sum;
+      }
+    }
+    copy_async_wait_all();  // this thread's copies; the barrier shows everyone's
+    __syncthreads();
+    if (tid < slots) {
+      float m = red[tid * kWarps], sum = red2[tid * kWarps];
+#pragma unroll
+      for (int w2 = 1; w2 < kWarps; ++w2) {
+        m = fmaxf(m, red[tid * kWarps + w2]);
+        sum += red2[tid * kWarps + w2];
+      }
+      const int32_t row = t.row0 + t.first + tid / group;
+      const int64_t h = int64_t{kvh} * group + tid % group;
+      float* rec = b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + t.chunk) * (hd + 2);
+      rec[0] = m;
+      rec[1] = sum;
+    }
+
+    // Value sums: thread (part, d) runs the chains of the slots part, part + parts, ...
+    // each staged value read once for all of them, up to 8 at a time.
+    const int span = hd < kFastThreads ? hd : kFastThreads;
+    const int parts = kFastThreads / span, vpart = tid / span;
+    if (vpart < parts && vpart < slots) {
+      const int32_t mine = (slots - vpart + parts - 1) / parts;
+      for (int d = tid % span; d < hd; d += span)
+        for (int32_t i0 = 0; i0 < mine; i0 += 8) {
+          int32_t slot[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) slot[i] = vpart + (i0 + i) * parts;
+          switch (min(8, mine - i0)) {
+            case 1: window_value_chains<1>(s, b, t, kvh, group, d, slot, sv, sp); break;
+            case 2: window_value_chains<2>(s, b, t, kvh, group, d, slot, sv, sp); break;
+            case 3: window_value_chains<3>(s, b, t, kvh, group, d, slot, sv, sp); break;
+            case 4: window_value_chains<4>(s, b, t, kvh, group, d, slot, sv, sp); break;
+            case 5: window_value_chains<5>(s, b, t, kvh, group, d, slot, sv, sp); break;
+            case 6: window_value_chains<6>(s, b, t, kvh, group, d, slot, sv, sp); break;
+            case 7: window_value_chains<7>(s, b, t, kvh, group, d, slot, sv, sp); break;
+            default: window_value_chains<8>(s, b, t, kvh, group, d, slot, sv, sp); break;
+          }
+        }
+    }
+    __syncthreads();  // the next task reuses the shared memory
+  }
+}
+
+template <int kDimLanes, class T>
+cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
+                          cudaStream_t stream) {
+  const int32_t group = s.num_heads / s.num_kv_heads;
+  const int32_t rows_per_group = std::min(b.total_tokens, std::max(1, kWindowMaxSlots / group));
+  const int32_t max_slots = rows_per_group * group;
+  const size_t bytes = size_t{C} * s.head_dim * sizeof(T) +
+                       size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps) * sizeof(float);
+  const int mode = window_path_mode();
+  const bool lean = mode == 2 || (mode < 0 && int64_t{s.num_kv_heads} * b.max_chunks >= kLeanMinBlocks);
+  auto* kernel = lean ? attention_window_kernel<kDimLanes, true, T> : attention_window_kernel<kDimLanes, false, T>;
+  cudaError_t e = allow_dynamic_shared(kernel, bytes);
+  if (e != cudaSuccess) return e;
+  e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
+                                      true, s, pool, b, rows_per_group, max_slots);
+  if (e != cudaSuccess) return e;
+  return launch_merge(s, b, outb, stream);
+}
+
+}  // namespace
+
+/// Whether a batch takes the window kernel: 2..kStageMaxRows rows whose values can be
+/// staged, head_dim 33..128 (the instantiated lanes), and the switch on.
+template <class T>
+bool use_window_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
+  return b.total_tokens >= 2 && can_stage<T>(s, pool, b) && s.head_dim > 32 && s.head_dim <= 128 &&
+         window_path_mode() != 0;
+}
+
+
+template <class T>
+cudaError_t launch_window_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
+                               cudaStream_t stream) {
+  return s.head_dim <= 64 ? launch_window<2, T>(s, pool, b, outb, stream) : launch_window<4, T>(s, pool, b, outb, stream);
+}
+
+template bool use_window_path<float>(const AttentionShape&, const PagedPool&, const AttentionBatch&);
+template bool use_window_path<uint16_t>(const AttentionShape&, const PagedPool&, const AttentionBatch&);
+template cudaError_t launch_window_path<float>(const AttentionShape&, const PagedPool&, const AttentionBatch&,
+                                               uint16_t*, cudaStream_t);
+template cudaError_t launch_window_path<uint16_t>(const AttentionShape&, const PagedPool&, const AttentionBatch&,
+                                                  uint16_t*, cudaStream_t);
+
+}  // namespace specpipe::cuda::attention_detail
