@@ -6,9 +6,10 @@
 # Objects compile SPECPIPE_JOBS (default: the cores) at a time; the harnesses then run
 # that many at a time, each for SECONDS.
 # --ci: CI's short run (.ci/run): into build-fuzz-ci/ with -O0 and line tables only, which
-# compiles in about half the CPU time of the campaigns' -O1 -g (the harnesses run a few
-# times slower: what matters in CI's seconds is that every harness runs, not execs per
-# second); the same sanitizers and checks. --build-only: build, run nothing.
+# compiled the heaviest sources in a third less CPU time than the campaigns' -O1 -g
+# (docs/RELIABILITY.md; the harnesses run slower: what matters in CI's seconds is that
+# every harness runs, not execs per second); the same sanitizers and checks.
+# --build-only: build, run nothing.
 # Corpora grow in build-fuzz/corpus/<harness>/ (SPECPIPE_FUZZ_BUILD: another folder); crashes land in build-fuzz/crashes/
 # (libFuzzer's crash-* files): each found one becomes a regression test.
 # Needs clang (Debian: apt-get install -y clang); the harnesses compile only the parser
