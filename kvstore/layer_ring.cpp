@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 
@@ -19,7 +20,7 @@ LayerRing::LayerRing(int32_t slots, std::unique_ptr<CopyStream> stream) : stream
 LayerRing::~LayerRing() { abandon(); }
 
 void LayerRing::begin(const HostKvTier& tier, std::span<const std::span<const int32_t>> host_tables,
-                      int32_t num_layers) {
+                      int32_t num_layers, WriteBack write_back, bool fence_writes) {
   if (active_) fail(ErrorCode::invalid_argument, "layer ring: begin while a forward is still open");
   if (num_layers < 1 || num_layers > tier.layout().num_layers)
     fail(ErrorCode::invalid_argument, "layer ring: {} layers, the host tier holds {}", num_layers,
@@ -47,6 +48,8 @@ void LayerRing::begin(const HostKvTier& tier, std::span<const std::span<const in
     s.layer = -1;
   }
   tier_ = &tier;
+  write_back_ = std::move(write_back);
+  fence_writes_ = fence_writes && write_back_;
   num_layers_ = num_layers;
   active_ = true;
   forwards_.fetch_add(1, std::memory_order_relaxed);
@@ -56,7 +59,10 @@ void LayerRing::begin(const HostKvTier& tier, std::span<const std::span<const in
 void LayerRing::queue_load(int32_t layer) {
   Slot& slot = slots_[static_cast<size_t>(layer % slots())];
   slot.layer = layer;
-  slot.loaded = stream_->enqueue([this, layer, &slot] {
+  // The job keeps its own copy of the write-back (finish clears the ring's).
+  slot.loaded = stream_->enqueue([this, layer, &slot, write_back = write_back_] {
+    // Blocks that left the pool first: the load below may read them.
+    if (write_back) write_back(layer);
     // The gather: each sequence's host blocks of this layer, in position order, into
     // its dense run of the slot.
     const HostKvTier& tier = *tier_;
@@ -99,6 +105,16 @@ RingSlot LayerRing::acquire(int32_t layer) {
   return {slot.k.data(), slot.v.data()};
 }
 
+bool LayerRing::before_write(int32_t layer) {
+  if (!active_ || !fence_writes_) return false;
+  const Slot& slot = slots_[static_cast<size_t>(layer % slots())];
+  if (slot.layer != layer)
+    fail(ErrorCode::internal, "layer ring: before_write of layer {}, slot {} holds layer {}", layer, layer % slots(),
+         slot.layer);
+  // Layer l's job (its write-back, then its load) was queued at begin or at release(l - N).
+  return stream_->wait(slot.loaded);
+}
+
 void LayerRing::release(int32_t layer) {
   if (!active_) fail(ErrorCode::invalid_argument, "layer ring: release of layer {} outside a forward", layer);
   // The slot is free now (the compute side has finished reading it), and only now may
@@ -108,11 +124,13 @@ void LayerRing::release(int32_t layer) {
 
 void LayerRing::finish() {
   active_ = false;
+  write_back_ = {};  // every job holds its own copy
   stream_->synchronize();
 }
 
 void LayerRing::abandon() noexcept {
   active_ = false;
+  write_back_ = {};
   try {
     stream_->synchronize();
   } catch (...) {

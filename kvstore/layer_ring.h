@@ -18,8 +18,14 @@
 /// The ring works against CopyStream only; on the CPU backend the copies run on a copy
 /// thread (ThreadCopyStream), a CUDA backend gives its copy stream and device slots.
 /// One forward at a time; the host tier must not change between begin and finish.
+///
+/// Write-back (kvstore/write_back.h): begin may also take the blocks that left the pool
+/// since the last forward; layer l's copy of them to the host tier runs in the copy job
+/// of layer l, ahead of its load. A forward that writes into one of those pool blocks
+/// calls before_write(l) before writing layer l's K/V.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -60,7 +66,12 @@ class LayerRing {
   /// host_tables[i] (position order; may be empty). Sizes the slots and queues the
   /// first loads. Throws Error(invalid_argument) while a forward is open, for a layer
   /// count outside the tier's or a block the tier does not hold.
-  void begin(const HostKvTier& tier, std::span<const std::span<const int32_t>> host_tables, int32_t num_layers);
+  /// `write_back` (may be empty): run on the copy side in layer l's job before its load,
+  /// for l in [0, num_layers): copies layer l of the blocks leaving the pool to the tier.
+  /// fence_writes: the forward writes into some of those pool blocks (before_write waits).
+  using WriteBack = std::function<void(int32_t layer)>;
+  void begin(const HostKvTier& tier, std::span<const std::span<const int32_t>> host_tables, int32_t num_layers,
+             WriteBack write_back = {}, bool fence_writes = false);
   bool active() const { return active_; }
   /// First row of sequence i in a slot, and the rows of all sequences.
   int32_t offset(size_t i) const { return offsets_[i]; }
@@ -68,6 +79,10 @@ class LayerRing {
 
   /// Waits until layer `layer` is loaded (layers in ascending order); returns its slot.
   RingSlot acquire(int32_t layer);
+  /// Before the forward writes layer `layer`'s K/V rows: with fence_writes, waits until
+  /// that layer's write-back has read the pool blocks (layers in ascending order, each
+  /// before its acquire). Returns whether it had to wait.
+  bool before_write(int32_t layer);
   /// The compute side is done with layer `layer`'s slot: queues layer + N into it.
   void release(int32_t layer);
   /// Ends the forward: waits for every queued load, rethrows a load's error.
@@ -88,6 +103,8 @@ class LayerRing {
   std::unique_ptr<CopyStream> stream_;
   std::vector<Slot> slots_;
   const HostKvTier* tier_ = nullptr;
+  WriteBack write_back_;
+  bool fence_writes_ = false;
   std::vector<std::vector<int32_t>> tables_;  // copies: the loads read them on the copy side
   std::vector<int32_t> offsets_;
   int32_t tokens_ = 0;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "kvstore/copy_stream.h"
 #include "kvstore/layer_ring.h"
+#include "tests/kvstore/manual_copy_stream.h"
 
 namespace specpipe::host_tier_test {
 
@@ -133,23 +134,7 @@ TEST(ThreadCopyStream, RunsJobsInOrderAndReportsTheirErrors) {
   stream.synchronize();
 }
 
-/// A copy stream that runs nothing until the compute side waits: shows which loads
-/// were queued when.
-class ManualStream final : public CopyStream {
- public:
-  std::vector<std::function<void()>> jobs;
-  size_t ran = 0;
-  Ticket enqueue(std::function<void()> job) override {
-    jobs.push_back(std::move(job));
-    return jobs.size();
-  }
-  bool wait(Ticket ticket) override {
-    const bool stalled = ran < ticket;
-    while (ran < ticket) jobs[ran++]();
-    return stalled;
-  }
-  void synchronize() override { wait(jobs.size()); }
-};
+using kvtest::ManualStream;
 
 /// Fills every host block's K with (layer, block, element) and V with its negation.
 void fill(HostKvTier& tier) {
