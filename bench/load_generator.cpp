@@ -6,7 +6,9 @@
 // decoding at each concurrency and transport; with several transports they alternate on
 // the same engine. Run: build/bench/load_generator [--clients 1,8,32] [--transport
 // zmq,http] [--curve] (docs/BENCHMARKS.md). --curve: the ZeroMQ endpoint with CURVE, each
-// client with its own key pair.
+// client with its own key pair. --endpoint ADDR drives a running `specpipe serve` instead
+// (one mode, named by --label; tools/gpu/serve_load.sh), and --record-tokens adds every
+// request's prompt index and greedy token ids to the JSON, to check outputs under load.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <mutex>
 #include <thread>
 #include <zmq.hpp>
 
@@ -40,9 +43,21 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
+/// What the clients streamed, request by request (--record-tokens): the prompt's index in
+/// the prompt file and the token ids, for comparing outputs under load with runs alone.
+struct Outputs {
+  std::mutex mutex;
+  json requests = json::array();
+  void add(json r) {
+    std::lock_guard lock(mutex);
+    requests.push_back(std::move(r));
+  }
+};
+
 /// One client: `count` streaming requests, one after another.
 void client(zmq::context_t& ctx, const std::string& address, const specpipe::server::ClientCurve& curve,
-            const std::vector<std::vector<int32_t>>& prompts, int index, int count, int max_tokens, Samples& out) {
+            const std::vector<std::vector<int32_t>>& prompts, int index, int count, int max_tokens, Samples& out,
+            Outputs* outputs) {
   zmq::socket_t socket(ctx, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::rcvtimeo, 300000);
@@ -52,8 +67,10 @@ void client(zmq::context_t& ctx, const std::string& address, const specpipe::ser
   int64_t tokens = 0, done = 0, errors = 0;
   for (int r = 0; r < count; ++r) {
     const std::string id = fmt::format("{}-{}", index, r);
+    const size_t prompt = static_cast<size_t>(index + r) % prompts.size();
+    std::vector<int32_t> ids;
     const json req = {{"v", 1}, {"id", id}, {"type", "generate"},
-                      {"prompt_ids", prompts[static_cast<size_t>(index + r) % prompts.size()]},
+                      {"prompt_ids", prompts[prompt]},
                       {"max_tokens", max_tokens}, {"ignore_eos", true}, {"stream", true}};
     specpipe::bench::StreamClock clock{Clock::now(), {}, true};
     socket.send(zmq::buffer(req.dump()), zmq::send_flags::none);
@@ -68,10 +85,17 @@ void client(zmq::context_t& ctx, const std::string& address, const specpipe::ser
         const size_t n = reply["tokens"].size();
         clock.delta(n, Clock::now(), ttft, itl);
         tokens += static_cast<int64_t>(n);
+        if (outputs)
+          for (const auto& t : reply["tokens"]) ids.push_back(t.get<int32_t>());
         continue;
       }
-      if (reply["type"] == "final") ++done;
+      const bool final = reply["type"] == "final";
+      if (final) ++done;
       else ++errors;
+      if (outputs)
+        outputs->add({{"client", index}, {"request", r}, {"prompt", prompt}, {"ok", final}, {"tokens", ids},
+                      {"rounds", final && reply.contains("stats") ? reply["stats"].value("rounds", json()) : json()},
+                      {"error", final ? json() : reply}});
       break;
     }
   }
@@ -98,21 +122,23 @@ struct CurveKeys {
 };
 
 json run_level(const std::string& transport, const std::string& address, const CurveKeys& keys,
-               const std::vector<std::vector<int32_t>>& prompts, int clients, int per_client, int max_tokens) {
+               const std::vector<std::vector<int32_t>>& prompts, int clients, int per_client, int max_tokens,
+               bool record = false) {
   zmq::context_t ctx(1);
   Samples s;
+  Outputs outputs;
   const double cpu0 = process_cpu_seconds();
   const Clock::time_point t0 = Clock::now();
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c)
     threads.emplace_back([&, c] {
       if (transport == "http") specpipe::bench::http_client(address, prompts, c, per_client, max_tokens, s);
-      else client(ctx, address, keys.for_client(c), prompts, c, per_client, max_tokens, s);
+      else client(ctx, address, keys.for_client(c), prompts, c, per_client, max_tokens, s, record ? &outputs : nullptr);
     });
   for (auto& t : threads) t.join();
   const double seconds = ms_since(t0, Clock::now()) / 1000.0;
   const double cpu = process_cpu_seconds() - cpu0;
-  return {{"clients", clients},
+  json r = {{"clients", clients},
           {"cpu_seconds", cpu},
           {"cpu_us_per_token", s.tokens ? cpu * 1e6 / static_cast<double>(s.tokens) : 0.0},
           {"requests", s.requests},
@@ -124,6 +150,8 @@ json run_level(const std::string& transport, const std::string& address, const C
           {"itl_p50_ms", percentile(s.itl_ms, 0.5)},
           {"itl_p99_ms", percentile(s.itl_ms, 0.99)},
           {"seconds", seconds}};
+  if (record) r["outputs"] = std::move(outputs.requests);
+  return r;
 }
 
 std::vector<std::vector<int32_t>> load_prompts(const std::string& path) {
@@ -145,6 +173,9 @@ int main(int argc, char** argv) {
   bool plain = true, curve = false;
   std::string prompts_file = std::string(SPECPIPE_SOURCE_DIR) + "/bench/prompts/public.jsonl";
   std::string json_out;
+  std::string endpoint, label = "external";
+  bool record = false;
+  int warmup = -1;
   app.add_option("--clients", levels, "concurrency levels")->delimiter(',')->capture_default_str();
   app.add_option("--requests", requests_per_client, "requests per client")->capture_default_str();
   app.add_option("--max-tokens", max_tokens, "tokens per request")->capture_default_str();
@@ -158,7 +189,18 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "runs of each transport per level, alternating")->capture_default_str();
   app.add_option("--plain", plain, "also run plain decoding (false: speculative only)")->capture_default_str();
   app.add_flag("--curve", curve, "ZeroMQ with CURVE authentication, a key pair per client");
+  app.add_option("--endpoint", endpoint,
+                 "drive this running `specpipe serve` (ZeroMQ) instead of an engine in this process: one mode");
+  app.add_option("--label", label, "the mode's name in the report (with --endpoint)")->capture_default_str();
+  app.add_flag("--record-tokens", record, "add each request's prompt index and token ids to the JSON (ZeroMQ)");
+  app.add_option("--warmup", warmup, "clients of the unreported warm-up run, one request each (default: the largest level)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  if (!endpoint.empty() && (curve || transports != std::vector<std::string>{"zmq"})) {
+    std::fprintf(stderr, "--endpoint drives a ZeroMQ endpoint without CURVE: drop --curve and --transport\n");
+    return 2;
+  }
+  if (warmup < 0) warmup = *std::max_element(levels.begin(), levels.end());
 
   const auto prompts = load_prompts(prompts_file);
   CurveKeys keys;
@@ -170,7 +212,34 @@ int main(int argc, char** argv) {
   json report = json::array();
   std::printf("%-12s %-5s %7s %9s %10s %10s %10s %10s %10s %10s\n", "mode", "via", "clients", "CPU us/tok", "req/s", "tok/s", "TTFT p50", "TTFT p99",
               "ITL p50", "ITL p99");
+  // Every level of one mode on one server: the unreported warm-up, then the levels.
+  auto run_levels = [&](const std::string& mode, const std::string& zmq_address, const std::string& http_address) {
+    // Warm-up, not reported: the first requests of an engine pay page faults, thread
+    // start-up and cold caches (on a device: CUDA graph captures), which would favour
+    // whichever transport or level runs second.
+    if (warmup > 0)
+      for (const std::string& via : transports)
+        run_level(via, via == "http" ? http_address : zmq_address, keys, prompts, warmup, 1, max_tokens);
+    for (int level : levels)
+      for (int rep = 0; rep < repeat; ++rep)
+        for (const std::string& via : transports) {
+          json r = run_level(via, via == "http" ? http_address : zmq_address, keys, prompts, level,
+                             requests_per_client, max_tokens, record && via == "zmq");
+          r["mode"] = mode;
+          r["transport"] = via == "zmq" && curve ? "zmq+curve" : via;
+          std::printf("%-12s %-5s %7d %10.1f %9.2f %10.1f %9.1fms %9.1fms %9.2fms %9.2fms%s\n",
+                      r["mode"].get<std::string>().c_str(), via.c_str(), level, r["cpu_us_per_token"].get<double>(),
+                      r["requests_per_s"].get<double>(),
+                      r["tokens_per_s"].get<double>(), r["ttft_p50_ms"].get<double>(), r["ttft_p99_ms"].get<double>(),
+                      r["itl_p50_ms"].get<double>(), r["itl_p99_ms"].get<double>(),
+                      r["errors"].get<int64_t>() ? fmt::format("  ({} errors)", r["errors"].get<int64_t>()).c_str() : "");
+          std::fflush(stdout);
+          report.push_back(r);
+        }
+  };
+  if (!endpoint.empty()) run_levels(label, endpoint, "");
   for (const bool speculative : {false, true}) {
+    if (!endpoint.empty()) break;
     if (!speculative && !plain) continue;
     specpipe::PipelineConfig config;
     config.drafter.type = speculative ? specpipe::DrafterKind::model : specpipe::DrafterKind::none;
@@ -184,32 +253,12 @@ int main(int argc, char** argv) {
       for (const auto& k : keys.clients) config.server.curve.allowed_clients.push_back(k.public_key);
     }
     specpipe::actors::Engine engine(config);
-    specpipe::server::Endpoint endpoint(engine, config);
+    specpipe::server::Endpoint endpoint_server(engine, config);
     specpipe::server::http::Gateway gateway(engine, config);
-    std::thread loop([&] { endpoint.run(); });
-    // Warm-up, not reported: the first requests of an engine pay page faults, thread
-    // start-up and cold caches, which would favour whichever transport runs second.
-    for (const std::string& via : transports)
-      run_level(via, via == "http" ? gateway.address() : endpoint.address(), keys, prompts,
-                *std::max_element(levels.begin(), levels.end()), 1, max_tokens);
-    for (int level : levels)
-      for (int rep = 0; rep < repeat; ++rep)
-        for (const std::string& via : transports) {
-          json r = run_level(via, via == "http" ? gateway.address() : endpoint.address(), keys, prompts, level,
-                             requests_per_client, max_tokens);
-          r["mode"] = speculative ? fmt::format("spec g{}", gamma) : "plain";
-          r["transport"] = via == "zmq" && curve ? "zmq+curve" : via;
-          std::printf("%-12s %-5s %7d %10.1f %9.2f %10.1f %9.1fms %9.1fms %9.2fms %9.2fms%s\n",
-                      r["mode"].get<std::string>().c_str(), via.c_str(), level, r["cpu_us_per_token"].get<double>(),
-                      r["requests_per_s"].get<double>(),
-                      r["tokens_per_s"].get<double>(), r["ttft_p50_ms"].get<double>(), r["ttft_p99_ms"].get<double>(),
-                      r["itl_p50_ms"].get<double>(), r["itl_p99_ms"].get<double>(),
-                      r["errors"].get<int64_t>() ? fmt::format("  ({} errors)", r["errors"].get<int64_t>()).c_str() : "");
-          std::fflush(stdout);
-          report.push_back(r);
-        }
+    std::thread loop([&] { endpoint_server.run(); });
+    run_levels(speculative ? fmt::format("spec g{}", gamma) : "plain", endpoint_server.address(), gateway.address());
     gateway.shutdown(std::chrono::milliseconds(0));
-    endpoint.stop();
+    endpoint_server.stop();
     loop.join();
   }
   const json doc = {{"max_tokens", max_tokens}, {"requests_per_client", requests_per_client},

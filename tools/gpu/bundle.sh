@@ -31,9 +31,13 @@ plugins=(specpipe_nwor specpipe_scv specpipe_specpv specpipe_faulty_plugin specp
          specpipe_faulty_no_entry_plugin)
 # SPECPIPE_BUNDLE_TOOLS="a b ..." builds and packs only those tools (the plugins always).
 if [[ -n "${SPECPIPE_BUNDLE_TOOLS:-}" ]]; then read -r -a tools <<<"$SPECPIPE_BUNDLE_TOOLS"; fi
+# SPECPIPE_BUNDLE_PLUGINS="a b ..." packs only those plugins (the faulty ones are test
+# targets: a build without tests has none); SPECPIPE_BUNDLE_BENCH=ON keeps the bench/
+# targets (bench/load_generator for tools/gpu/serve_load.sh).
+if [[ -n "${SPECPIPE_BUNDLE_PLUGINS:-}" ]]; then read -r -a plugins <<<"$SPECPIPE_BUNDLE_PLUGINS"; fi
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSPECPIPE_CUDA=ON \
-  -DSPECPIPE_BUILD_BENCH=OFF >/dev/null
+  -DSPECPIPE_BUILD_BENCH="${SPECPIPE_BUNDLE_BENCH:-OFF}" >/dev/null
 nice cmake --build "$build" -j"$jobs" --target "${tools[@]}" "${plugins[@]}"
 
 rm -rf "$bundle"

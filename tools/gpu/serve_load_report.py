@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""tools/gpu/serve_load.sh's report: reads OUT/load_<mode>_c<clients>.json (bench/load_generator
+--endpoint --record-tokens), checks that every request streamed the same greedy token ids as its
+prompt run alone (mode plain at 1 client, requests one after another), and writes the table
+(OUT/serve_load.md), a summary without the token ids (OUT/serve_load.json) and issue 18's goals.
+Exit status 1 if a request failed or an output differed, 2 if the reference run is missing."""
+import json
+import pathlib
+import re
+import sys
+
+out = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-out")
+runs = []
+for path in sorted(out.glob("load_*_c*.json")):
+    m = re.fullmatch(r"load_(.+)_c(\d+)\.json", path.name)
+    doc = json.loads(path.read_text())
+    for r in doc["results"]:
+        runs.append((m.group(1), int(m.group(2)), r))
+
+reference = {}  # prompt index -> token ids, from plain at 1 client
+for mode, clients, r in runs:
+    if mode == "plain" and clients == 1:
+        for o in r.get("outputs", []):
+            if o["ok"]:
+                reference.setdefault(o["prompt"], o["tokens"])
+if not reference:
+    print("serve_load_report: no plain 1-client run (load_plain_c1.json): nothing to compare with", file=sys.stderr)
+    sys.exit(2)
+
+def order(mode):  # plain, then draft gammas ascending, then the rest
+    g = re.fullmatch(r"draft_g(\d+)", mode)
+    return (0 if mode == "plain" else 1 if g else 2, int(g.group(1)) if g else 0, mode)
+
+rows, failed = [], False
+for mode, clients, r in sorted(runs, key=lambda x: (order(x[0]), x[1])):
+    outputs = r.get("outputs", [])
+    same = sum(1 for o in outputs if o["ok"] and reference.get(o["prompt"]) == o["tokens"])
+    unchecked = sum(1 for o in outputs if o["ok"] and o["prompt"] not in reference)
+    diffs = []
+    for o in outputs:
+        ref = reference.get(o["prompt"])
+        if o["ok"] and ref is not None and ref != o["tokens"]:
+            first = next((i for i, (a, b) in enumerate(zip(ref, o["tokens"])) if a != b), min(len(ref), len(o["tokens"])))
+            diffs.append({"prompt": o["prompt"], "client": o["client"], "request": o["request"], "first_diff": first,
+                          "len": len(o["tokens"]), "ref_len": len(ref)})
+    errors = [o["error"] for o in outputs if not o["ok"]]
+    failed = failed or bool(diffs) or bool(errors) or r["errors"] > 0
+    rows.append({"mode": mode, "clients": clients, "requests": r["requests"], "errors": r["errors"],
+                 "tokens_per_s": r["tokens_per_s"], "requests_per_s": r["requests_per_s"],
+                 "ttft_p50_ms": r["ttft_p50_ms"], "ttft_p99_ms": r["ttft_p99_ms"], "itl_p50_ms": r["itl_p50_ms"],
+                 "itl_p99_ms": r["itl_p99_ms"], "seconds": r["seconds"], "identical": same,
+                 "checked": len(outputs) - unchecked - len(errors), "unchecked": unchecked,
+                 "differing": diffs[:8], "n_differing": len(diffs), "error_samples": errors[:3]})
+
+by = {(r["mode"], r["clients"]): r for r in rows}
+levels = sorted({r["clients"] for r in rows})
+modes = sorted({r["mode"] for r in rows if not r["mode"].startswith("syncs_")}, key=order)
+draft_modes = [m for m in modes if m.startswith("draft_g")]
+
+def tps(mode, clients):
+    r = by.get((mode, clients))
+    return r["tokens_per_s"] if r else None
+
+goals = []
+plain1 = tps("plain", 1)
+if plain1:
+    best1 = max(((tps(m, 1) or 0, m) for m in modes if m != "plain"), default=(0, None))
+    goals.append({"goal": "1 client: speculation >= 1.8x plain", "best_mode": best1[1],
+                  "ratio": best1[0] / plain1, "ratios": {m: (tps(m, 1) or 0) / plain1 for m in modes if m != "plain"},
+                  "met": best1[0] / plain1 >= 1.8})
+for c in levels:
+    if tps("scv", c) is None:
+        continue
+    fixed = max(((tps(m, c) or 0, m) for m in ["plain"] + draft_modes), default=(0, None))
+    if fixed[0] > 0:
+        ratio = tps("scv", c) / fixed[0]
+        goals.append({"goal": f"{c} clients: SCV >= 0.95x the better of plain and the best fixed gamma",
+                      "reference_mode": fixed[1], "ratio": ratio, "met": ratio >= 0.95})
+top = max(levels) if levels else None
+if plain1 and top and top != 1:
+    best_top = max(((tps(m, top) or 0, m) for m in modes), default=(0, None))
+    goals.append({"goal": f"{top} clients >= 10x the 1-client plain tokens/s", "plain_ratio": (tps("plain", top) or 0) / plain1,
+                  "best_mode": best_top[1], "ratio": best_top[0] / plain1, "met": best_top[0] / plain1 >= 10})
+
+# Host syncs per round (serve_load.sh SYNCS=1): nsys's CUDA API summary of the traced
+# server over the rounds its requests report.
+syncs = None
+csv_path = out / "syncs_draft_g4_cuda_api_sum.csv"
+if csv_path.exists():
+    import csv
+    calls = {row["Name"]: int(row["Num Calls"]) for row in csv.DictReader(csv_path.open())}
+    sync_calls = {n: c for n, c in calls.items() if "Synchronize" in n or re.sub(r"_v\d+$", "", n) in ("cudaMemcpy", "cuMemcpyDtoH", "cudaMemcpy2D")}
+    rounds = sum(o.get("rounds") or 0 for m, c, r in runs if m == "syncs_draft_g4" for o in r.get("outputs", []))
+    syncs = {"calls": sync_calls, "all_calls": calls, "rounds": rounds,
+             "per_round": sum(sync_calls.values()) / rounds if rounds else None}
+
+meta = {p.stem: p.read_text().strip() for p in (out / "gpu.txt", out / "date.txt") if p.exists()}
+(out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": rows, "goals": goals, "syncs": syncs}, indent=2) + "\n")
+
+md = ["| mode | clients | requests | tokens/s | vs plain | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | same as alone |",
+      "|---|---|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    p = tps("plain", r["clients"])
+    md.append(f"| {r['mode']} | {r['clients']} | {r['requests']}{' (' + str(r['errors']) + ' errors)' if r['errors'] else ''} "
+              f"| {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / p:.2f}x | {r['ttft_p50_ms']:.1f} ms | {r['ttft_p99_ms']:.1f} ms "
+              f"| {r['itl_p50_ms']:.2f} ms | {r['itl_p99_ms']:.2f} ms | {r['identical']}/{r['checked']} |"
+              if p else f"| {r['mode']} | {r['clients']} | ... |")
+md.append("")
+for g in goals:
+    md.append(f"- {g['goal']}: {g['ratio']:.2f}x ({g.get('best_mode') or g.get('reference_mode')}): "
+              f"{'met' if g['met'] else 'NOT met'}")
+if syncs:
+    md.append(f"- host syncs (draft model, gamma 4, 1 client, start-up and prefill included): {sum(syncs['calls'].values())} "
+              f"synchronising calls over {syncs['rounds']} rounds = {syncs['per_round'] or 0:.2f} per round {syncs['calls']}")
+text = "\n".join(md) + "\n"
+(out / "serve_load.md").write_text(text)
+print(" ".join(f"{k}: {v}" for k, v in meta.items()))
+print(text)
+for r in rows:
+    if r["n_differing"] or r["errors"]:
+        print(f"{r['mode']} at {r['clients']} clients: {r['n_differing']} outputs differ from alone "
+              f"{r['differing'][:3]}, {r['errors']} errors {r['error_samples'][:1]}")
+sys.exit(1 if failed else 0)
