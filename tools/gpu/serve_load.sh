@@ -8,17 +8,24 @@
 # ITL percentiles, checks that every request under load streamed the same tokens as its
 # prompt run alone (plain, 1 client), and states the issue's goals.
 #
-# On the GPU machine, from the repository root (bundle with
-#   SPECPIPE_BUNDLE_TOOLS="specpipe load_generator" SPECPIPE_BUNDLE_BENCH=ON tools/gpu/bundle.sh):
-#   export SPECPIPE_BUNDLE=<name>; source tools/gpu/bundle_env.sh; gpu_bundle_env specpipe serve_load
-#   gpu_engine_env; bash tools/gpu/serve_load.sh
+# Here, the bundle (the sync counter is a preload library outside the build, added by hand):
+#   SPECPIPE_GPU_BUILD=$PWD/build-serve SPECPIPE_BUNDLE=gpu-bundle-serve SPECPIPE_BUNDLE_BENCH=ON \
+#     SPECPIPE_BUNDLE_TOOLS="specpipe load_generator" SPECPIPE_BUNDLE_PLUGINS="specpipe_scv specpipe_nwor" \
+#     tools/gpu/bundle.sh
+#   gcc -O2 -shared -fPIC -o gpu-bundle-serve/lib/libserve_sync_count.so tools/gpu/serve_sync_count.c -ldl
+#   tar -cJf gpu-bundle-serve.tar.xz gpu-bundle-serve
+# On the GPU machine, from the repository root (one call; about 30 s of wall time):
+#   SPECPIPE_BUNDLE=gpu-bundle-serve bash tools/gpu/serve_load.sh
+# An engine change A/B in the same call: pack the old specpipe as bin/specpipe_base, then
+#   BASE_EXE=$PWD/gpu-bundle-serve/bin/specpipe_base BASE_MODES="plain draft ngram scv" (after unpacking)
 # Here, on the CPU, with a build directory and small counts (the same script):
 #   SERVE_BUILD=build-serve DEVICE=cpu CLIENTS="1 4" REQUESTS="1:3 4:1" MAX_TOKENS=12 \
 #     DRAFT_GAMMAS=4 OUT=/tmp/serve-cpu bash tools/gpu/serve_load.sh
 # Environment: DEVICE (cuda:0), CLIENTS ("1 8 32 128"), REQUESTS (per-client requests by
 # level, "1:16 8:4 32:4 128:2": 16 at one client covers every public prompt alone),
 # MAX_TOKENS (64), DRAFT_GAMMAS ("2 4 6"), NGRAM_GAMMA (4), MODES ("plain draft ngram scv"),
-# SERVE_TIMEOUT (seconds a server may take to start, 120), OUT ($OUT or gpu-out/).
+# SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
+# SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), PACK (below), OUT ($OUT or gpu-out/).
 # Exit status: non-zero if a server failed, a request failed or an output differed.
 set -uo pipefail
 root="$(pwd)"
@@ -72,7 +79,7 @@ run_mode() {
   echo "== $name: $(head -n1 "$log") ($(( t / 10 )).$(( t % 10 )) s to start)"
   for level in "${levels[@]}"; do
     timeout "${LEVEL_TIMEOUT:-300}" "$loadgen" --endpoint "$address" --label "$name" --prompts "$prompts" \
-      --clients "$level" --requests "$(per_client "$level")" --max-tokens "$max_tokens" --warmup "$level" \
+      --clients "$level" --requests "$(per_client "$level")" --max-tokens "$max_tokens" --warmup "${warmup_override:-$level}" \
       --record-tokens --json "$out/load_${name}_c$level.json" | tail -n +2 || { echo "serve_load: $name at $level clients failed" >&2; status=1; }
   done
   kill -TERM "$pid"
@@ -84,38 +91,62 @@ run_mode() {
 here="$(dirname "$0")"
 [[ "$device" == cpu ]] || nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/gpu.txt" 2>/dev/null
 date -u +%FT%TZ >"$out/date.txt"
-for mode in ${MODES:-plain draft ngram scv}; do
-  case "$mode" in
-    plain) run_mode plain "$here/serve_load.yaml" --no-spec ;;
-    draft) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "draft_g$g" "$here/serve_load.yaml" --drafter model --gamma "$g"; done ;;
-    ngram) run_mode "ngram_g${NGRAM_GAMMA:-4}" "$here/serve_load.yaml" --drafter ngram --gamma "${NGRAM_GAMMA:-4}" ;;
-    scv) run_mode scv "$here/serve_load_scv.yaml" ;;
-    *) echo "serve_load: unknown mode $mode" >&2; exit 2 ;;
-  esac
-done
-# Host syncs per round (SYNCS=1, the default on a device, where Nsight Systems is found):
-# one server with the draft model at gamma 4 under nsys's CUDA API trace, one client,
-# the 16 public prompts one after another; the CUDA API summary counts every
-# synchronising call (stream / event / device syncs and synchronous copies) from start-up
-# to shutdown, and the requests' final stats count the rounds: an upper bound per round
-# (prefill and start-up syncs included).
-nsys_bin="${NSYS:-}"
-[[ -n "$nsys_bin" ]] || nsys_bin="$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n1)"
+# run_modes PREFIX MODE...: each mode's server and levels.
+run_modes() {
+  local prefix="$1" mode g
+  shift
+  for mode in "$@"; do
+    case "$mode" in
+      plain) run_mode "${prefix}plain" "$here/serve_load.yaml" --no-spec ;;
+      draft) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g$g" "$here/serve_load.yaml" --drafter model --gamma "$g"; done ;;
+      ngram) run_mode "${prefix}ngram_g${NGRAM_GAMMA:-4}" "$here/serve_load.yaml" --drafter ngram --gamma "${NGRAM_GAMMA:-4}" ;;
+      scv) run_mode "${prefix}scv" "$here/serve_load_scv.yaml" ;;
+      *) echo "serve_load: unknown mode $mode" >&2; exit 2 ;;
+    esac
+  done
+}
+# shellcheck disable=SC2086
+run_modes "" ${MODES:-plain draft ngram scv}
+# BASE_EXE=path BASE_MODES="ngram scv": the same modes with another specpipe binary (an
+# A/B of an engine change in one call), reported as base_<mode>.
+if [[ -n "${BASE_EXE:-}" && -n "${BASE_MODES:-}" ]]; then
+  specpipe_new="$specpipe"
+  specpipe="$BASE_EXE"
+  # shellcheck disable=SC2086
+  run_modes base_ $BASE_MODES
+  specpipe="$specpipe_new"
+fi
+# Host syncs per round (SYNCS=1, the default on a device): servers with
+# libserve_sync_count.so preloaded (tools/gpu/serve_sync_count.c: counts the synchronising
+# CUDA driver calls, written at exit), one client, the 16 public prompts one after
+# another, no warm-up, plain and the draft model at gamma 4, each at 64 and 128 new
+# tokens: the difference between the two over the difference in rounds (the requests'
+# final stats) is the count per decode round, start-up and prefill cancelled out.
+shim="${SYNC_SHIM:-$root/${bundle:-gpu-bundle}/lib/libserve_sync_count.so}"
 if [[ "${SYNCS:-$([[ $device == cpu ]] && echo 0 || echo 1)}" == 1 ]]; then
-  if [[ -n "$nsys_bin" ]]; then
+  if [[ -f "$shim" ]]; then
     specpipe_plain="$specpipe"
-    specpipe="$out/nsys_specpipe.sh"
-    printf '#!/usr/bin/env bash\nexec "%s" profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite=true -o "%s" "%s" "$@"\n' \
-      "$nsys_bin" "$out/syncs_draft_g4" "$specpipe_plain" >"$specpipe"
-    chmod +x "$specpipe"
     levels=(1)
-    requests="1:16"
-    run_mode syncs_draft_g4 "$here/serve_load.yaml" --drafter model --gamma 4
+    requests="1:${SYNC_REQUESTS:-16}"
+    saved_tokens="$max_tokens"
+    for tokens in ${SYNC_TOKENS:-64 128}; do
+      max_tokens="$tokens"
+      for mode in plain draft_g4; do
+        specpipe="$out/sync_specpipe.sh"
+        printf '#!/usr/bin/env bash\nSERVE_SYNC_COUNT_FILE="%s" LD_PRELOAD="%s" exec "%s" "$@"\n' \
+          "$out/syncs_${mode}_t$tokens.txt" "$shim" "$specpipe_plain" >"$specpipe"
+        chmod +x "$specpipe"
+        warmup_override=0
+        if [[ $mode == plain ]]; then run_mode "syncs_${mode}_t$tokens" "$here/serve_load.yaml" --no-spec
+        else run_mode "syncs_${mode}_t$tokens" "$here/serve_load.yaml" --drafter model --gamma 4; fi
+        unset warmup_override
+      done
+    done
     specpipe="$specpipe_plain"
-    "$nsys_bin" stats --report cuda_api_sum --format csv --output "$out/syncs_draft_g4" "$out/syncs_draft_g4.nsys-rep" >/dev/null 2>&1 \
-      || echo "serve_load: nsys stats failed" >&2
+    max_tokens="$saved_tokens"
+    rm -f "$out/sync_specpipe.sh"
   else
-    echo "serve_load: no nsys here: host syncs not counted" >&2
+    echo "serve_load: no $shim: host syncs not counted" >&2
   fi
 fi
 python3 "$here/serve_load_report.py" "$out" || status=1

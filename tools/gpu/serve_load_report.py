@@ -34,12 +34,16 @@ def order(mode):  # plain, then draft gammas ascending, then the rest
 rows, failed = [], False
 for mode, clients, r in sorted(runs, key=lambda x: (order(x[0]), x[1])):
     outputs = r.get("outputs", [])
-    same = sum(1 for o in outputs if o["ok"] and reference.get(o["prompt"]) == o["tokens"])
+    def matches(o):  # runs of other lengths (the sync counts' 128 tokens) match on the shorter
+        ref = reference.get(o["prompt"])
+        n = min(len(ref), len(o["tokens"])) if ref is not None else 0
+        return ref is not None and n > 0 and o["tokens"][:n] == ref[:n]
+    same = sum(1 for o in outputs if o["ok"] and matches(o))
     unchecked = sum(1 for o in outputs if o["ok"] and o["prompt"] not in reference)
     diffs = []
     for o in outputs:
         ref = reference.get(o["prompt"])
-        if o["ok"] and ref is not None and ref != o["tokens"]:
+        if o["ok"] and ref is not None and not matches(o):
             first = next((i for i, (a, b) in enumerate(zip(ref, o["tokens"])) if a != b), min(len(ref), len(o["tokens"])))
             diffs.append({"prompt": o["prompt"], "client": o["client"], "request": o["request"], "first_diff": first,
                           "len": len(o["tokens"]), "ref_len": len(ref)})
@@ -54,7 +58,7 @@ for mode, clients, r in sorted(runs, key=lambda x: (order(x[0]), x[1])):
 
 by = {(r["mode"], r["clients"]): r for r in rows}
 levels = sorted({r["clients"] for r in rows})
-modes = sorted({r["mode"] for r in rows if not r["mode"].startswith("syncs_")}, key=order)
+modes = sorted({r["mode"] for r in rows if not r["mode"].startswith(("syncs_", "base_"))}, key=order)
 draft_modes = [m for m in modes if m.startswith("draft_g")]
 
 def tps(mode, clients):
@@ -82,17 +86,27 @@ if plain1 and top and top != 1:
     goals.append({"goal": f"{top} clients >= 10x the 1-client plain tokens/s", "plain_ratio": (tps("plain", top) or 0) / plain1,
                   "best_mode": best_top[1], "ratio": best_top[0] / plain1, "met": best_top[0] / plain1 >= 10})
 
-# Host syncs per round (serve_load.sh SYNCS=1): nsys's CUDA API summary of the traced
-# server over the rounds its requests report.
-syncs = None
-csv_path = out / "syncs_draft_g4_cuda_api_sum.csv"
-if csv_path.exists():
-    import csv
-    calls = {row["Name"]: int(row["Num Calls"]) for row in csv.DictReader(csv_path.open())}
-    sync_calls = {n: c for n, c in calls.items() if "Synchronize" in n or re.sub(r"_v\d+$", "", n) in ("cudaMemcpy", "cuMemcpyDtoH", "cudaMemcpy2D")}
-    rounds = sum(o.get("rounds") or 0 for m, c, r in runs if m == "syncs_draft_g4" for o in r.get("outputs", []))
-    syncs = {"calls": sync_calls, "all_calls": calls, "rounds": rounds,
-             "per_round": sum(sync_calls.values()) / rounds if rounds else None}
+# Host syncs per round (serve_load.sh SYNCS=1): libserve_sync_count.so's counts of each
+# traced server, over the rounds its requests report; 128 minus 64 new tokens gives the
+# count per decode round with start-up and prefill cancelled out.
+SYNC_CALLS = ("cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize", "cuMemcpyDtoH", "cuMemcpyHtoD", "cuMemcpy")
+syncs = {}
+for path in sorted(out.glob("syncs_*_t*.txt")):
+    m = re.fullmatch(r"syncs_(.+)_t(\d+)\.txt", path.name)
+    calls = dict((k, int(v)) for k, v in (line.split() for line in path.read_text().split("\n") if line.strip()))
+    rounds = sum(o.get("rounds") or 0 for mode, c, r in runs if mode == f"syncs_{m.group(1)}_t{m.group(2)}"
+                 for o in r.get("outputs", []))
+    syncs.setdefault(m.group(1), {})[int(m.group(2))] = {"calls": calls, "rounds": rounds,
+                                                          "syncs": sum(calls.get(k, 0) for k in SYNC_CALLS)}
+for mode, by_tokens in syncs.items():
+    if len(by_tokens) == 2:
+        (t0, a0), (t1, a1) = sorted(by_tokens.items())
+        if a1["rounds"] > a0["rounds"]:
+            by_tokens["per_round"] = (a1["syncs"] - a0["syncs"]) / (a1["rounds"] - a0["rounds"])
+            by_tokens["stream_syncs_per_round"] = (
+                (a1["calls"].get("cuStreamSynchronize", 0) + a1["calls"].get("cuEventSynchronize", 0)
+                 - a0["calls"].get("cuStreamSynchronize", 0) - a0["calls"].get("cuEventSynchronize", 0))
+                / (a1["rounds"] - a0["rounds"]))
 
 meta = {p.stem: p.read_text().strip() for p in (out / "gpu.txt", out / "date.txt") if p.exists()}
 (out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": rows, "goals": goals, "syncs": syncs}, indent=2) + "\n")
@@ -109,9 +123,11 @@ md.append("")
 for g in goals:
     md.append(f"- {g['goal']}: {g['ratio']:.2f}x ({g.get('best_mode') or g.get('reference_mode')}): "
               f"{'met' if g['met'] else 'NOT met'}")
-if syncs:
-    md.append(f"- host syncs (draft model, gamma 4, 1 client, start-up and prefill included): {sum(syncs['calls'].values())} "
-              f"synchronising calls over {syncs['rounds']} rounds = {syncs['per_round'] or 0:.2f} per round {syncs['calls']}")
+for mode, by_tokens in syncs.items():
+    runs_text = "; ".join(f"{t} tokens: {a['syncs']} syncs / {a['rounds']} rounds (hooked {a['calls'].get('hooked')})"
+                          for t, a in by_tokens.items() if isinstance(t, int))
+    md.append(f"- host syncs, {mode}, 1 client: {by_tokens.get('per_round', float('nan')):.2f} synchronising calls per "
+              f"decode round ({by_tokens.get('stream_syncs_per_round', float('nan')):.2f} stream/event syncs); {runs_text}")
 text = "\n".join(md) + "\n"
 (out / "serve_load.md").write_text(text)
 print(" ".join(f"{k}: {v}" for k, v in meta.items()))
