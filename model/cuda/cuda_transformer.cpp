@@ -421,6 +421,30 @@ RingStats CudaTransformer::ring_stats() const { return impl_->ring ? impl_->ring
 
 size_t CudaTransformer::ring_device_bytes() const { return impl_->ring ? impl_->ring->device_bytes() : 0; }
 
+void CudaTransformer::enqueue_write_back(const WriteBackBatch& batch, const HostKvTier& host, int32_t layer,
+                                         cudaStream_t stream) const {
+  const cuda::TransformerState& d = *impl_;
+  const auto block_bytes = static_cast<size_t>(host.block_tensor_bytes());
+  const auto l = static_cast<size_t>(layer);
+  for (const WriteBackBatch::Run& r : batch.runs())
+    for (const bool v : {false, true}) {
+      const auto* pool = reinterpret_cast<const unsigned char*>(v ? d.pool_v[l] : d.pool_k[l]);
+      auto* tier = static_cast<unsigned char*>(const_cast<void*>(v ? host.v_data(layer) : host.k_data(layer)));
+      cuda_try(cudaMemcpyAsync(tier + static_cast<size_t>(r.host_first) * block_bytes,
+                               pool + static_cast<size_t>(r.pool_first) * block_bytes,
+                               static_cast<size_t>(r.blocks) * block_bytes, cudaMemcpyDeviceToHost, stream),
+               "write-back to the host tier");
+    }
+}
+
+void CudaTransformer::flush_write_back(const HostKvTier* host) {
+  cuda::TransformerState& d = *impl_;
+  if (d.write_back.empty()) return;
+  if (!host) fail(ErrorCode::internal, "CUDA forward: a write-back to the host tier without the host tier it names");
+  for (int32_t l = 0; l < config_.num_layers; ++l) enqueue_write_back(d.write_back, *host, l, stream_);
+  d.write_back.clear();
+}
+
 void CudaTransformer::apply_block_copies(const HostKvTier* host) {
   using Kind = cuda::TransformerState::CopyKind;
   cuda::TransformerState& d = *impl_;
@@ -444,6 +468,18 @@ void CudaTransformer::apply_block_copies(const HostKvTier* host) {
     if (host_side && (!host || other >= host->total_blocks()))
       fail(ErrorCode::internal, "CUDA forward: a host tier block copy ({} -> {}) without the host tier it names", src,
            dst);
+    // Offload write-back: with a layer ring the move leaves this in-line queue and goes
+    // with the next ring forward's per-layer jobs, on the copy stream (write_back.h).
+    if (kind == Kind::pool_to_host && d.ring) {
+      d.write_back.add(src, dst);
+      ++i;
+      continue;
+    }
+    // A copy that writes a pool block the pending write-back has still to read, or reads
+    // a host block it has still to write, goes after it: the write-back in line first.
+    if ((kind == Kind::host_to_pool && (d.write_back.writes_host(src) || d.write_back.reads_pool(dst))) ||
+        (kind == Kind::pool_to_pool && d.write_back.reads_pool(dst)))
+      flush_write_back(host);
     // Runs of consecutive blocks between the pool and the host tier go as one copy a
     // layer (an offloaded prefix is a run); pool-to-pool copies one by one (a run there
     // could read a block an earlier copy of it wrote).
@@ -451,7 +487,9 @@ void CudaTransformer::apply_block_copies(const HostKvTier* host) {
     while (host_side && i + n < copies.size() && copies[i + n].kind == kind &&
            copies[i + n].src == src + static_cast<int32_t>(n) && copies[i + n].dst == dst + static_cast<int32_t>(n) &&
            dst + static_cast<int32_t>(n) < (kind == Kind::pool_to_host ? host->total_blocks() : d.num_blocks) &&
-           src + static_cast<int32_t>(n) < (kind == Kind::pool_to_host ? d.num_blocks : host->total_blocks()))
+           src + static_cast<int32_t>(n) < (kind == Kind::pool_to_host ? d.num_blocks : host->total_blocks()) &&
+           !(kind == Kind::host_to_pool && (d.write_back.writes_host(src + static_cast<int32_t>(n)) ||
+                                            d.write_back.reads_pool(dst + static_cast<int32_t>(n)))))
       ++n;
     const size_t bytes = n * block_bytes;
     for (int32_t l = 0; l < config_.num_layers; ++l)
@@ -570,11 +608,28 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   }
   settings.query_copies = taps.data();
   settings.num_query_copies = static_cast<int32_t>(taps.size());
+  // A pending write-back with no ring forward to carry it goes in line, in front.
+  if (!ring) flush_write_back(kv.host_tier());
   if (use_graph) {
     d.graphs.launch(cuda::graph_key(plan, options_.copy_logits, options_.timing_skip), stream_,
                     [&] { enqueue_forward(plan, settings); });
   } else if (ring) {
-    d.ring->begin(*kv.host_tier(), plan.ring_host_blocks, c.num_layers);
+    // The blocks that left the pool since the last forward go to the host tier in the
+    // ring's per-layer jobs (write_back.h); this forward's K/V scatter of layer l waits
+    // for layer l's job only where it reuses one of those pool blocks.
+    cuda::DeviceLayerRing::WriteBack write_back;
+    bool fence_writes = false;
+    const WriteBackBatch carried = d.write_back;
+    if (!carried.empty()) {
+      fence_writes = !stage && carried.writes_any(plan.slots, d.block_size);
+      write_back = [this, &carried, host = kv.host_tier()](int32_t layer, cudaStream_t st) {
+        enqueue_write_back(carried, *host, layer, st);
+      };
+    }
+    // A begin that throws queued nothing: the batch stays pending. Past it the batch is
+    // the ring's (a forward failing half way is a failed device, as for its own K/V).
+    d.ring->begin(*kv.host_tier(), plan.ring_host_blocks, c.num_layers, std::move(write_back), fence_writes);
+    d.write_back.clear();
     try {
       enqueue_forward(plan, settings);
       d.ring->finish();

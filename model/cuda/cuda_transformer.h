@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "kvstore/kv_store.h"
+#include "kvstore/write_back.h"
 #include "model/config.h"
 #include "model/cuda/cuda_gemm.h"
 #include "model/forward_model.h"
@@ -204,8 +205,10 @@ class CudaTransformer {
   size_t ring_device_bytes() const;
   /// Queues a copy of a whole block (every layer, K and V) from the pool to the host tier
   /// (to_host) or back, in order with queue_block_copy's, in front of the next forward:
-  /// the KV store's HostTierCopier. The tier is the one of the KvStore that forward gets
-  /// (pinned memory: PinnedHostAllocator). Thread-safe; checked at the forward.
+  /// the KV store's HostTierCopier. With a layer ring, a move to the host is written back
+  /// beside the next ring forward instead (kvstore/write_back.h: per layer, on the copy
+  /// stream, behind events; in line with overlap off). The tier is the one of the KvStore
+  /// that forward gets (pinned memory: PinnedHostAllocator). Thread-safe; checked at the forward.
   void queue_host_copy(bool to_host, int32_t pool_block, int32_t host_block);
 
   /// Staged rounds (a staging kv_write strategy such as NWOR): while on, forward() keeps
@@ -273,6 +276,13 @@ class CudaTransformer {
   /// Enqueues the queued block copies on the stream (in queue order); copies to or from
   /// the host tier need `host` (the forward's KvStore's tier; else Error(internal)).
   void apply_block_copies(const HostKvTier* host);
+  /// Offload write-back (kvstore/write_back.h): enqueues layer `layer`'s copies of
+  /// `batch` from the pool to `host` on `stream` (a ring job's copy stream, or the model's).
+  void enqueue_write_back(const WriteBackBatch& batch, const HostKvTier& host, int32_t layer,
+                          cudaStream_t stream) const;
+  /// The pending write-back, every layer, in line on the model's stream (nothing pending:
+  /// nothing; pending without `host`: Error(internal)).
+  void flush_write_back(const HostKvTier* host);
   /// The metadata buffers for the pool (and, once a ring is on, for block tables that
   /// name host-tier blocks: forward_meta_layout), reallocated (graphs dropped) when the
   /// layout grows.

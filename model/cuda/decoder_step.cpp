@@ -66,6 +66,9 @@ void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const
     // A BF16 store: the window's K/V also go, rounded, to the dense BF16 rows the
     // attention reads, so a key gives the same floats from the window as from the pool.
     uint16_t* dense = bf16_kv ? d.kv_dense.as<uint16_t>() : nullptr;
+    // Offload write-back: a pool block this forward reuses is written only after the
+    // ring's job has copied this layer of it to the host (an event; device_ring.h).
+    if (s.ring) s.ring->before_write(l);
     if (!skip_rest && bf16_kv)
       cuda_try(qk_norm_rope_kv_bf16(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
                                     c.qk_norm ? w.q_norm : nullptr, c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos,

@@ -1,6 +1,7 @@
 #include "model/cuda/device_ring.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
@@ -26,7 +27,8 @@ DeviceLayerRing::DeviceLayerRing(int32_t slots, cudaStream_t compute, bool overl
 
 DeviceLayerRing::~DeviceLayerRing() { abandon(); }
 
-void DeviceLayerRing::begin(const HostKvTier& tier, std::span<const int32_t> host_blocks, int32_t num_layers) {
+void DeviceLayerRing::begin(const HostKvTier& tier, std::span<const int32_t> host_blocks, int32_t num_layers,
+                            WriteBack write_back, bool fence_writes) {
   if (active_) fail(ErrorCode::invalid_argument, "layer ring: begin while a forward is still open");
   if (num_layers < 1 || num_layers > tier.layout().num_layers)
     fail(ErrorCode::invalid_argument, "layer ring: {} layers, the host tier holds {}", num_layers,
@@ -54,6 +56,8 @@ void DeviceLayerRing::begin(const HostKvTier& tier, std::span<const int32_t> hos
   }
   std::fill(slot_layer_.begin(), slot_layer_.end(), -1);
   tier_ = &tier;
+  write_back_ = std::move(write_back);
+  fence_writes_ = fence_writes && write_back_;
   num_layers_ = num_layers;
   bytes_per_layer_ = 2 * need;
   active_ = true;
@@ -67,6 +71,8 @@ void DeviceLayerRing::queue_load(int32_t layer) {
   loaded_[static_cast<size_t>(slot)] = copies_.enqueue([this, layer, slot] {
     const int64_t block_bytes = tier_->block_tensor_bytes();
     const cudaStream_t stream = copies_.stream();
+    // Blocks that left the pool first (their load below may read them).
+    if (write_back_) write_back_(layer, stream);
     const auto* k = static_cast<const unsigned char*>(tier_->k_data(layer));
     const auto* v = static_cast<const unsigned char*>(tier_->v_data(layer));
     for (const Run& r : runs_) {
@@ -95,6 +101,16 @@ DeviceRingSlot DeviceLayerRing::acquire(int32_t layer) {
   return {slot_k(slot), slot_v(slot)};
 }
 
+void DeviceLayerRing::before_write(int32_t layer) {
+  if (!active_ || !fence_writes_) return;
+  const int32_t slot = layer % slots_;
+  if (slot_layer_[static_cast<size_t>(slot)] != layer)
+    fail(ErrorCode::internal, "layer ring: before_write of layer {}, slot {} holds layer {}", layer, slot,
+         slot_layer_[static_cast<size_t>(slot)]);
+  // Layer l's job (write-back, then load) was enqueued at begin or at release(l - N).
+  copies_.wait(loaded_[static_cast<size_t>(slot)]);
+}
+
 void DeviceLayerRing::release(int32_t layer) {
   if (!active_) fail(ErrorCode::invalid_argument, "layer ring: release of layer {} outside a forward", layer);
   if (layer + slots_ < num_layers_) queue_load(layer + slots_);
@@ -102,6 +118,7 @@ void DeviceLayerRing::release(int32_t layer) {
 
 void DeviceLayerRing::finish() {
   active_ = false;
+  write_back_ = {};  // its copies are enqueued: the jobs ran on this thread
   // The compute stream waited for every load it read; a load's error (an enqueue that
   // failed) surfaces here.
   copies_.wait(0);
@@ -109,6 +126,7 @@ void DeviceLayerRing::finish() {
 
 void DeviceLayerRing::abandon() noexcept {
   active_ = false;
+  write_back_ = {};
   try {
     copies_.synchronize();
   } catch (...) {

@@ -21,10 +21,18 @@
 /// (the seed's synchronous way). The host tier must be pinned for the copies to be
 /// asynchronous, and must not change between begin and the forward's end. One forward at
 /// a time, on the compute stream given.
+///
+/// Write-back (kvstore/write_back.h, the CPU ring's twin): begin may take a function
+/// that enqueues layer l's copies of the blocks that left the pool to the host tier; it
+/// runs in layer l's job on the copy stream, ahead of that layer's load (so the load may
+/// read them), ordered after the compute work issued before the job (the forward that
+/// wrote them). A forward writing into one of those pool blocks calls before_write(l)
+/// before its K/V scatter of layer l: the compute stream waits for that job (an event).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -60,11 +68,18 @@ class DeviceLayerRing {
   /// ones may still be read).
   /// Throws Error(invalid_argument) while a forward is open or for a block the tier does
   /// not hold, Error(internal) for a CUDA failure (nothing queued then).
-  void begin(const HostKvTier& tier, std::span<const int32_t> host_blocks, int32_t num_layers);
+  /// write_back (may be empty): enqueues layer l's write-back copies on the stream it is
+  /// given; fence_writes: the forward writes into some of the blocks written back.
+  using WriteBack = std::function<void(int32_t layer, cudaStream_t stream)>;
+  void begin(const HostKvTier& tier, std::span<const int32_t> host_blocks, int32_t num_layers,
+             WriteBack write_back = {}, bool fence_writes = false);
   bool active() const { return active_; }
   /// The compute stream waits for layer `layer`'s load (layers in ascending order); its
   /// slot's K and V.
   DeviceRingSlot acquire(int32_t layer);
+  /// Before the K/V scatter of layer `layer` (ascending, before its acquire): with
+  /// fence_writes the compute stream waits for that layer's write-back (no host wait).
+  void before_write(int32_t layer);
   /// Every reader of layer `layer`'s slot is enqueued: its next load may follow them.
   void release(int32_t layer);
   /// Ends the forward (the compute stream has waited for every load it read).
@@ -94,6 +109,8 @@ class DeviceLayerRing {
   std::vector<CopyStream::Ticket> loaded_;  // per slot: its load's ticket
   std::vector<int32_t> slot_layer_;         // per slot: the layer loaded or loading
   const HostKvTier* tier_ = nullptr;
+  WriteBack write_back_;
+  bool fence_writes_ = false;
   std::vector<Run> runs_;
   int32_t num_layers_ = 0;
   int64_t bytes_per_layer_ = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cuda/gemm.h"
+#include "kvstore/write_back.h"
 #include "model/cuda/device_memory.h"
 #include "model/cuda/device_ring.h"
 #include "model/cuda/forward_plan.h"
@@ -71,6 +72,10 @@ struct TransformerState {
   };
   std::mutex copies_mutex;
   std::vector<PendingCopy> copies;
+  // Offload write-back (kvstore/write_back.h): pool -> host moves taken off the queue,
+  // copied by the next ring forward's per-layer jobs on the copy stream (or in line in
+  // front of a forward that streams no host K/V, or of a queued copy touching them).
+  WriteBackBatch write_back;
   // Offload: the layer ring streaming host-tier K/V (enable_layer_ring).
   std::unique_ptr<DeviceLayerRing> ring;
   // Forwards and the staging strategy's device calls (another actor's thread) take turns

@@ -131,13 +131,7 @@ json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots
   r["context"] = context;
   r["ring_slots"] = ring_slots;
   r["kv_dtype"] = std::string(dtype_name(opt.kv_dtype));
-  {
-    cudaDeviceProp prop{};
-    int dev = 0;
-    cudaGetDevice(&dev);
-    cudaGetDeviceProperties(&prop, dev);
-    r["device"] = prop.name;
-  }
+  r["device"] = device_name();
   const double h2d = pinned_h2d_bandwidth();
   r["pinned_h2d_GBps"] = h2d / 1e9;
   opt.copy_logits = false;
@@ -186,8 +180,7 @@ json offload_bench(const std::string& shape, int32_t context, int32_t ring_slots
   const int64_t host_bytes = (host_target_blocks + 2) * HostKvTier::block_bytes(layout);
   const auto t_alloc = Clock::now();
   kv.attach_host_tier(std::make_unique<HostKvTier>(layout, host_bytes, &cuda::pinned_host_allocator()),
-                      {[&m](int32_t pool, int32_t host) { m->queue_host_copy(true, pool, host); },
-                       [&m](int32_t host, int32_t pool) { m->queue_host_copy(false, pool, host); }});
+                      host_tier_copier(*m));
   r["host_pin_ms"] = ms_since(t_alloc);
   const SeqId seq = book(kv, context, host_target_blocks);
   const int64_t host_tokens = int64_t{kv.host_blocks(seq)} * kBlock;

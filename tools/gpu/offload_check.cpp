@@ -96,8 +96,7 @@ std::unique_ptr<KvStore> offload_store(CudaTransformer& m, int32_t blocks) {
   kv->attach_host_tier(
       std::make_unique<HostKvTier>(layout, int64_t{blocks} * HostKvTier::block_bytes(layout),
                                    &cuda::pinned_host_allocator()),
-      {[&m](int32_t pool, int32_t host) { m.queue_host_copy(true, pool, host); },
-       [&m](int32_t host, int32_t pool) { m.queue_host_copy(false, pool, host); }});
+      host_tier_copier(m));
   return kv;
 }
 

@@ -41,6 +41,21 @@ double median_forward_us(CudaTransformer& m, const ForwardWindow& w, const KvSto
   return median(v);
 }
 
+std::string device_name() {
+  cudaDeviceProp prop{};
+  int dev = 0;
+  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+  cuda_check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+  return prop.name;
+}
+
+HostTierCopier host_tier_copier(CudaTransformer& m) {
+  HostTierCopier copier;
+  copier.to_host = [&m](int32_t pool, int32_t host) { m.queue_host_copy(true, pool, host); };
+  copier.to_pool = [&m](int32_t host, int32_t pool) { m.queue_host_copy(false, pool, host); };
+  return copier;
+}
+
 size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   const size_t n = std::min(a.size(), b.size());
   return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -

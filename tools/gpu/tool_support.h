@@ -36,6 +36,13 @@ inline void cuda_check(cudaError_t e, const char* what) {
 /// (cudaEvents around it; waits for it).
 double stream_ms(const std::function<void()>& enqueue);
 
+/// The name of the current CUDA device ("NVIDIA H100 80GB HBM3"), for reports.
+std::string device_name();
+
+/// The store's HostTierCopier over `m`'s queue_host_copy (both directions; fields set by
+/// name, so a copier that grows a field still builds).
+HostTierCopier host_tier_copier(CudaTransformer& m);
+
 /// The first index where a and b differ (the shorter length when one is a prefix).
 size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
 
