@@ -48,11 +48,14 @@ for mode, clients, r in sorted(runs, key=lambda x: (order(x[0]), x[1])):
             diffs.append({"prompt": o["prompt"], "client": o["client"], "request": o["request"], "first_diff": first,
                           "len": len(o["tokens"]), "ref_len": len(ref)})
     errors = [o["error"] for o in outputs if not o["ok"]]
+    # Tokens per round (each request's final stats): how much a mode speculated.
+    rounds = sum(o.get("rounds") or 0 for o in outputs if o["ok"])
+    per_round = sum(len(o["tokens"]) for o in outputs if o["ok"]) / rounds if rounds else None
     failed = failed or bool(diffs) or bool(errors) or r["errors"] > 0
     rows.append({"mode": mode, "clients": clients, "requests": r["requests"], "errors": r["errors"],
                  "tokens_per_s": r["tokens_per_s"], "requests_per_s": r["requests_per_s"],
                  "ttft_p50_ms": r["ttft_p50_ms"], "ttft_p99_ms": r["ttft_p99_ms"], "itl_p50_ms": r["itl_p50_ms"],
-                 "itl_p99_ms": r["itl_p99_ms"], "seconds": r["seconds"], "identical": same,
+                 "itl_p99_ms": r["itl_p99_ms"], "seconds": r["seconds"], "tokens_per_round": per_round, "identical": same,
                  "checked": len(outputs) - unchecked - len(errors), "unchecked": unchecked,
                  "differing": diffs[:8], "n_differing": len(diffs), "error_samples": errors[:3]})
 
@@ -111,13 +114,14 @@ for mode, by_tokens in syncs.items():
 meta = {p.stem: p.read_text().strip() for p in (out / "gpu.txt", out / "date.txt") if p.exists()}
 (out / "serve_load.json").write_text(json.dumps({"meta": meta, "rows": rows, "goals": goals, "syncs": syncs}, indent=2) + "\n")
 
-md = ["| mode | clients | requests | tokens/s | vs plain | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | same as alone |",
-      "|---|---|---|---|---|---|---|---|---|---|"]
+md = ["| mode | clients | requests | tokens/s | vs plain | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | tokens/round | same as alone |",
+      "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     p = tps("plain", r["clients"])
     md.append(f"| {r['mode']} | {r['clients']} | {r['requests']}{' (' + str(r['errors']) + ' errors)' if r['errors'] else ''} "
               f"| {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / p:.2f}x | {r['ttft_p50_ms']:.1f} ms | {r['ttft_p99_ms']:.1f} ms "
-              f"| {r['itl_p50_ms']:.2f} ms | {r['itl_p99_ms']:.2f} ms | {r['identical']}/{r['checked']} |"
+              f"| {r['itl_p50_ms']:.2f} ms | {r['itl_p99_ms']:.2f} ms "
+              f"| {r['tokens_per_round'] or 0:.2f} | {r['identical']}/{r['checked']} |"
               if p else f"| {r['mode']} | {r['clients']} | ... |")
 md.append("")
 for g in goals:
