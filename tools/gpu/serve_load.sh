@@ -17,7 +17,8 @@
 # On the GPU machine, from the repository root (one call; about 30 s of wall time):
 #   SPECPIPE_BUNDLE=gpu-bundle-serve bash tools/gpu/serve_load.sh
 # An engine change A/B in the same call: pack the old specpipe as bin/specpipe_base, then
-#   BASE_EXE=$PWD/gpu-bundle-serve/bin/specpipe_base BASE_MODES="plain draft ngram scv" (after unpacking)
+#   BASE_EXE=$PWD/gpu-bundle-serve/bin/specpipe_base BASE_MODES="plain draft ngram scv" (after unpacking);
+#   a plugin A/B: the old plugins in a folder, BASE_PLUGIN_PATH=that folder
 # Here, on the CPU, with a build directory and small counts (the same script):
 #   SERVE_BUILD=build-serve DEVICE=cpu CLIENTS="1 4" REQUESTS="1:3 4:1" MAX_TOKENS=12 \
 #     DRAFT_GAMMAS=4 OUT=/tmp/serve-cpu bash tools/gpu/serve_load.sh
@@ -107,14 +108,18 @@ run_modes() {
 }
 # shellcheck disable=SC2086
 run_modes "" ${MODES:-plain draft ngram scv}
-# BASE_EXE=path BASE_MODES="ngram scv": the same modes with another specpipe binary (an
-# A/B of an engine change in one call), reported as base_<mode>.
-if [[ -n "${BASE_EXE:-}" && -n "${BASE_MODES:-}" ]]; then
+# BASE_EXE=path and/or BASE_PLUGIN_PATH=dir, BASE_MODES="ngram scv": the same modes with
+# another specpipe binary or other plugins (an A/B of an engine or plugin change in one
+# call), reported as base_<mode>.
+if [[ -n "${BASE_EXE:-}${BASE_PLUGIN_PATH:-}" && -n "${BASE_MODES:-}" ]]; then
   specpipe_new="$specpipe"
-  specpipe="$BASE_EXE"
+  plugins_new="$SPECPIPE_PLUGIN_PATH"
+  specpipe="${BASE_EXE:-$specpipe}"
+  export SPECPIPE_PLUGIN_PATH="${BASE_PLUGIN_PATH:-$SPECPIPE_PLUGIN_PATH}"
   # shellcheck disable=SC2086
   run_modes base_ $BASE_MODES
   specpipe="$specpipe_new"
+  export SPECPIPE_PLUGIN_PATH="$plugins_new"
 fi
 # Host syncs per round (SYNCS=1, the default on a device): servers with
 # libserve_sync_count.so preloaded (tools/gpu/serve_sync_count.c: counts the synchronising
