@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 #include "core/timer.h"
 #include "kvstore/offload_policy.h"
@@ -15,6 +17,19 @@ void fail_item(KvStore& kv, AdmitItem& it, const std::string& why) {
   kv.release(it.seq);
   it.seq = -1;
   it.error = why;
+}
+
+/// Gives every sequence's SpecPV view copies back to the pool (until its next refresh a
+/// sequence's partial views then leave its host-tier blocks out, counted). Returns
+/// whether any block came back.
+bool drop_view_copies(KvStore& kv) {
+  bool any = false;
+  for (SeqId seq : kv.sequence_ids())
+    if (kv.view_copy_blocks(seq) > 0) {
+      kv.drop_view_copies(seq);
+      any = true;
+    }
+  return any;
 }
 
 /// Reserves every unfinished item's next prefill pass: the whole rest of its context,
@@ -32,7 +47,12 @@ bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b, int32_t chunk) {
     it.prefill_end = kv.host_tier() ? std::min(context, it.prefilled + chunk) : context;
     if (it.prefill_end == it.prefilled) continue;
     try {
-      reserve_offloading(kv, it.seq, it.prefill_end);  // oldest blocks to the host first
+      try {
+        reserve_offloading(kv, it.seq, it.prefill_end);  // oldest blocks to the host first
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::out_of_capacity || !drop_view_copies(kv)) throw;
+        reserve_offloading(kv, it.seq, it.prefill_end);  // SpecPV view copies gave their blocks back
+      }
       progress = true;
     } catch (const Error& e) {
       if (kv.host_tier() && e.code() == ErrorCode::out_of_capacity) {
@@ -95,12 +115,51 @@ void reserve(KvStore& kv, RoundBatch& b) {
       if (it.rewind_to >= 0 && it.rewind_to < kv.length(it.seq)) kv.truncate(it.seq, it.rewind_to);
       const int32_t new_length = kv.length(it.seq) + static_cast<int32_t>(it.recompute.size()) + 1 +
                                  static_cast<int32_t>(it.provisional.size() + it.drafts.size());
-      reserve_offloading(kv, it.seq, new_length);
+      try {
+        reserve_offloading(kv, it.seq, new_length);
+      } catch (const Error& e) {
+        // SpecPV view copies are a cache: the pool's sequences come first.
+        if (e.code() != ErrorCode::out_of_capacity || !drop_view_copies(kv)) throw;
+        reserve_offloading(kv, it.seq, new_length);
+      }
     } catch (const std::exception& e) {
       it.error = e.what();
     }
   }
   b.times.reserve_ms += clock.elapsed_ms();
+}
+
+/// SpecPV over the host tier: after a refresh, the host-tier blocks of the sequence's
+/// next views are copied into pool blocks it holds until the next refresh, so its
+/// partial rounds read them from the pool. Room for the copies is made as for a reserve
+/// (older blocks move to the host; those of the view then need copies too, so the host
+/// part is looked at again). A pool that still cannot hold them leaves the sequence
+/// without copies: its partial rounds read the whole prefix (counted by the verifier);
+/// the round itself does not fail.
+void make_view_copies(KvStore& kv, RoundItem& it) {
+  std::vector<std::vector<int32_t>> on_host(it.view_sets.size());
+  auto host_part = [&] {
+    const int32_t h = kv.host_blocks(it.seq);
+    int32_t most = 0;
+    for (size_t l = 0; l < on_host.size(); ++l) {
+      const std::vector<int32_t>& set = it.view_sets[l];
+      on_host[l].assign(set.begin(), std::lower_bound(set.begin(), set.end(), h));
+      most = std::max(most, static_cast<int32_t>(on_host[l].size()));
+    }
+    return most;
+  };
+  try {
+    kv.drop_view_copies(it.seq);  // their blocks count as free for the new ones
+    for (int pass = 0; pass < 3; ++pass) {
+      const int32_t needed = host_part();
+      if (needed <= kv.free_blocks() || make_pool_room(kv, needed) == 0) break;
+    }
+    host_part();
+    it.host_view.copy_bytes = kv.set_view_copies(it.seq, on_host);
+  } catch (const Error& e) {
+    it.host_view.copies_refused = true;
+    if (e.code() != ErrorCode::out_of_capacity) spdlog::warn("SpecPV view copies: {}", e.what());
+  }
 }
 
 /// After the verdict the pool must hold exactly the accepted prefix: recomputed tokens,
@@ -129,6 +188,7 @@ void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
       }
     }
     kv.truncate(it.seq, kv.length(it.seq));
+    if (it.error.empty() && !it.view_sets.empty()) make_view_copies(kv, it);
   }
   b.times.commit_ms += clock.elapsed_ms();
 }
@@ -217,6 +277,8 @@ nlohmann::json offload_metrics(const KvStore& kv) {
           {"bytes_to_host", s.bytes_to_host},
           {"blocks_to_pool", s.blocks_to_pool},
           {"bytes_to_pool", s.bytes_to_pool},
+          {"view_layer_copies", s.view_layer_copies},
+          {"view_bytes_to_pool", s.view_bytes_to_pool},
           {"host_blocks_used", tier.used_blocks()},
           {"host_blocks_total", tier.total_blocks()},
           {"host_bytes", tier.bytes()}};

@@ -86,6 +86,16 @@ struct ReleaseWork { std::vector<SeqId> seqs; };
 // ---- rounds ------------------------------------------------------------------
 
 /// One sequence's part of a round; fields are filled in as the round moves on.
+/// SpecPV over the host tier, per round item (summed into ViewStats).
+struct HostViewTraffic {
+  int64_t streamed_bytes = 0;   ///< host-tier K/V the window's forward streamed (ring loads)
+  int64_t copy_bytes = 0;       ///< host -> pool bytes of the view copies made after it
+  int32_t copied_blocks = 0;    ///< view blocks (summed over layers) read from pool copies
+  int32_t dropped_blocks = 0;   ///< view blocks on the host with no copy, left out
+  bool copies_refused = false;  ///< the pool could not hold the copies (kv-router)
+  bool fallback = false;        ///< a partial round that read the whole prefix instead
+};
+
 struct RoundItem {
   RequestId request = 0;
   SeqId seq = -1;
@@ -115,6 +125,12 @@ struct RoundItem {
   ViewBudget budget;
   /// Tokens of the sequence's KV (after any rewind) last checked by a full verification.
   int32_t verified = 0;
+  /// SpecPV over the host tier (kvstore/README.md, "Partial views of host-tier
+  /// sequences"). Verifier, after a refresh: per layer, the block indices (ascending)
+  /// the next partial views read - sink, retrieved, recent - of which the kv-router
+  /// copies those on the host tier into the pool (empty: nothing to do).
+  std::vector<std::vector<int32_t>> view_sets;
+  HostViewTraffic host_view;  ///< verifier and kv-router: what the round moved and read
   int32_t gamma = 0;
   cpu::SamplingParams sampling;
   Rng rng{0};                     ///< the request's stream, travelling with its work

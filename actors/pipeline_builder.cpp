@@ -95,9 +95,9 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   const bool partial_views = c.slots.verify_view != "full";
   if (partial_views) {
     // SpecPV's partial views read the pool (on a device, the model's: its forward gathers
-    // them and it summarises blocks where they live), not the host tier so far.
-    if (c.offload.enable)
-      fail(ErrorCode::unsupported, "slots.verify_view: partial verification with offload.enable is not supported yet");
+    // them and it summarises blocks where they live). With the host tier, a view's
+    // host-tier blocks are copied into the pool after each refresh (KvStore::
+    // set_view_copies), so partial rounds move no K/V over PCIe.
     // The device's block summaries read FP32 keys (model/cuda/key_summaries.h).
     if (c.kv.dtype == "bf16")
       fail(ErrorCode::unsupported, "slots.verify_view: partial verification with kv.dtype bf16 is not supported yet");

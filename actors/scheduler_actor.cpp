@@ -348,6 +348,13 @@ class Scheduler : public scheduler_actor::base {
     const ViewOutcome v = settle_round(r.view, item, r.position);
     r.stats.add_round(v.proposed, v.accepted);
     ViewStats& vs = r.stats.view;
+    const HostViewTraffic& h = item.host_view;
+    (item.partial ? vs.partial_host_bytes : vs.full_host_bytes) += h.streamed_bytes;
+    vs.view_copy_bytes += h.copy_bytes;
+    vs.view_host_blocks += h.copied_blocks;
+    vs.view_dropped_blocks += h.dropped_blocks;
+    vs.view_copy_refusals += h.copies_refused ? 1 : 0;
+    vs.host_fallbacks += h.fallback ? 1 : 0;
     if (item.partial) {
       ++(item.final_verdicts ? vs.approximate_rounds : vs.exact_rounds);
       vs.partial_proposed += v.proposed;

@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/timer.h"
 #include "pipeline/acceptance.h"
@@ -43,27 +45,80 @@ struct VerifierState {
   std::vector<std::unique_ptr<RetrievalTap>> taps;
 };
 
+/// One layer's view as pool blocks. Blocks below the host boundary are read from the
+/// sequence's view copies (KvStore::set_view_copies, made after its last refresh); one
+/// with no copy (it moved to the host since) is left out of the view, counted - a
+/// partial round never streams host K/V. Returns false when the view's last block has
+/// no pool block: the round then reads the whole prefix.
+bool host_view_layer(const KvStore& kv, SeqId seq, int32_t layer, std::span<const int32_t> blocks, int32_t length,
+                     std::vector<int32_t>& pool_blocks, int32_t& view_length_out, HostViewTraffic& traffic) {
+  const int32_t B = kv.config().block_size;
+  const int32_t on_host = kv.host_blocks(seq);
+  const std::span<const int32_t> table = kv.block_table(seq);
+  int32_t kept = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int32_t b = blocks[i];
+    int32_t pool = b < on_host ? kv.view_copy(seq, layer, b) : table[static_cast<size_t>(b)];
+    if (pool < 0) {
+      if (i + 1 == blocks.size()) return false;
+      ++traffic.dropped_blocks;
+      continue;
+    }
+    if (b < on_host) ++traffic.copied_blocks;
+    pool_blocks.push_back(pool);
+    ++kept;
+  }
+  view_length_out = (kept - 1) * B + (length - blocks.back() * B);
+  return true;
+}
+
 /// The SpecPV side of a round item before its forward: a partial round gets its view
 /// (null when the view would be the whole prefix: then it reads all of it, still a
 /// partial round for the scheduler); a refreshing full round gets a query tap that
 /// re-selects its retrieved blocks layer by layer.
-void prepare_view(VerifierState& st, const RoundItem& it, ForwardWindow& w, size_t i) {
+void prepare_view(VerifierState& st, RoundItem& it, ForwardWindow& w, size_t i) {
   const KvStore& kv = *st.deps.kv;
   RetrievalIndex& index = *st.retrieval;
   const int32_t B = kv.config().block_size;
   const int32_t length = kv.length(it.seq);
+  const int32_t on_host = kv.host_blocks(it.seq);
+  // Host-tier blocks are summarised on the host, from the tier: moves to it must have
+  // landed. A backend that cannot land them gets no retrieval for the sequence (its
+  // partial rounds read the whole prefix, counted; exact stays exact).
+  if (index.summarised_blocks(it.seq) < std::min(on_host, std::min(it.verified, length) / B) &&
+      !st.deps.target->land_host_copies(kv)) {
+    it.host_view.fallback = it.partial;
+    return;
+  }
   index.update(kv, it.seq, std::min(it.verified, length), st.summariser);
   if (it.partial) {
+    // Host tier: without pool copies of its host blocks (the pool could not hold them)
+    // the round reads the whole prefix, streamed - a full verdict, counted.
+    if (on_host > 0 && kv.view_copies_refused(it.seq)) {
+      it.host_view.fallback = true;
+      return;
+    }
     PrefixView& view = st.views[i];
     view.pool_blocks.assign(static_cast<size_t>(kv.config().num_layers), {});
     view.lengths.assign(static_cast<size_t>(kv.config().num_layers), 0);
     const std::span<const int32_t> table = kv.block_table(it.seq);
+    HostViewTraffic traffic;
     for (int32_t layer = 0; layer < kv.config().num_layers; ++layer) {
       const auto blocks = view_blocks(length, it.verified, B, it.budget, index.retrieved(it.seq, layer));
       if (!blocks) return;  // the whole prefix: no view
-      for (int32_t b : *blocks) view.pool_blocks[static_cast<size_t>(layer)].push_back(table[static_cast<size_t>(b)]);
-      view.lengths[static_cast<size_t>(layer)] = view_length(*blocks, length, B);
+      const auto l = static_cast<size_t>(layer);
+      if (on_host > 0) {
+        if (!host_view_layer(kv, it.seq, layer, *blocks, length, view.pool_blocks[l], view.lengths[l], traffic)) {
+          it.host_view.fallback = true;
+          return;
+        }
+        continue;
+      }
+      for (int32_t b : *blocks) view.pool_blocks[l].push_back(table[static_cast<size_t>(b)]);
+      view.lengths[l] = view_length(*blocks, length, B);
     }
+    it.host_view.copied_blocks = traffic.copied_blocks;
+    it.host_view.dropped_blocks = traffic.dropped_blocks;
     w.view = &view;
   } else if (it.refresh) {
     const int32_t first = (it.budget.sink_tokens + B - 1) / B;
@@ -72,6 +127,48 @@ void prepare_view(VerifierState& st, const RoundItem& it, ForwardWindow& w, size
                                                 first, last);
     w.query_tap = st.taps[i].get();
   }
+}
+
+/// After a refresh of a sequence with host-tier blocks: per layer, the blocks its next
+/// partial views read - sink, retrieved, and the recent region as it is now - for the
+/// kv-router to copy those on the host into the pool (KvStore::set_view_copies).
+void request_view_copies(const VerifierState& st, RoundItem& it) {
+  const KvStore& kv = *st.deps.kv;
+  if (kv.host_blocks(it.seq) == 0 && kv.view_copy_blocks(it.seq) == 0 && !kv.view_copies_refused(it.seq)) return;
+  const int32_t B = kv.config().block_size;
+  const int32_t length = kv.length(it.seq);
+  const int32_t total = (length + B - 1) / B;
+  const int32_t sink = std::min(total, (it.budget.sink_tokens + B - 1) / B);
+  const int32_t recent = recent_first_block(length, length, B, it.budget.window_tokens);
+  it.view_sets.assign(static_cast<size_t>(kv.config().num_layers), {});
+  for (int32_t layer = 0; layer < kv.config().num_layers; ++layer) {
+    std::vector<int32_t>& set = it.view_sets[static_cast<size_t>(layer)];
+    for (int32_t b = 0; b < sink; ++b) set.push_back(b);
+    for (int32_t b : st.retrieval->retrieved(it.seq, layer))
+      if (b >= sink && b < total) set.push_back(b);
+    for (int32_t b = std::max(sink, recent); b < total; ++b) set.push_back(b);
+    std::sort(set.begin(), set.end());
+    set.erase(std::unique(set.begin(), set.end()), set.end());
+  }
+}
+
+/// Host-tier K/V bytes each window's forward streamed: the ring's measured loads of
+/// that forward, shared among the windows that read a host prefix (no view) in
+/// proportion to it. Loads no window should have made are shared by all, so they show.
+void attribute_streamed(const VerifierState& st, RoundBatch& b, const std::vector<size_t>& owner, int64_t loaded) {
+  const KvStore& kv = *st.deps.kv;
+  if (loaded <= 0 || owner.empty() || !kv.host_tier()) return;
+  std::vector<int64_t> expected(owner.size(), 0);
+  int64_t sum = 0;
+  for (size_t w = 0; w < owner.size(); ++w) {
+    const RoundItem& it = b.items[owner[w]];
+    if (!st.windows[w].view && kv.contains(it.seq))
+      expected[w] = int64_t{kv.host_blocks(it.seq)} * kv.host_tier()->block_bytes();
+    sum += expected[w];
+  }
+  for (size_t w = 0; w < owner.size(); ++w)
+    b.items[owner[w]].host_view.streamed_bytes =
+        sum > 0 ? loaded * expected[w] / sum : loaded / static_cast<int64_t>(owner.size());
 }
 
 void prefill(VerifierState& st, AdmitBatch& b) {
@@ -114,10 +211,15 @@ void verify(VerifierState& st, RoundBatch& b) {
     }
     if (!st.windows.empty()) {
       st.deps.sink->begin_round(placements);
+      const int64_t loaded = st.deps.target->ring_stats().bytes_loaded;
       st.deps.target->forward(st.windows, *st.deps.kv, *st.deps.sink, st.logits);
+      attribute_streamed(st, b, owner, st.deps.target->ring_stats().bytes_loaded - loaded);
     }
     for (size_t i = 0; i < b.items.size(); ++i)
-      if (st.taps[i]) st.retrieval->mark_ready(b.items[i].seq);
+      if (st.taps[i]) {
+        st.retrieval->mark_ready(b.items[i].seq);
+        if (st.deps.kv->host_tier()) request_view_copies(st, b.items[i]);
+      }
   } catch (const std::exception& e) {
     st.deps.sink->abort_round();
     for (size_t i : owner) b.items[i].error = e.what();

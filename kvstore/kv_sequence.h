@@ -21,6 +21,11 @@ struct KvStore::Sequence {
   std::vector<int32_t> host;    // host tier block of positions [i * B, (i + 1) * B)
   std::vector<uint64_t> chain;  // chain hash of each full committed block
   int32_t reserved = 0;
+  // SpecPV view copies: pool blocks held outside the table; layer l of view_blocks[j]
+  // holds layer l of host block index view_indices[l][j] (ascending, < host.size()).
+  std::vector<int32_t> view_blocks;
+  std::vector<std::vector<int32_t>> view_indices;
+  bool view_refused = false;  // the last set_view_copies ran out of pool blocks
 };
 
 }  // namespace specpipe

@@ -184,6 +184,9 @@ void KvStore::truncate(SeqId seq, int32_t new_length) {
   const size_t block_size = static_cast<size_t>(config_.block_size);
   const size_t keep_host = static_cast<size_t>(new_length) / block_size;  // host blocks still full
   if (keep_host < s.host.size()) {
+    // View copies name host blocks by index: some of them go now, so all of them do
+    // (the next SpecPV refresh makes new ones).
+    release_view_copies(s);
     // Rollback below the host boundary. A host block that new_length ends inside is
     // written again from new_length on: it comes back to a private pool block.
     const bool partial = static_cast<size_t>(new_length) % block_size != 0;
@@ -216,6 +219,7 @@ void KvStore::truncate(SeqId seq, int32_t new_length) {
 
 void KvStore::release(SeqId seq) {
   Sequence& s = at(seq);
+  release_view_copies(s);
   release_blocks_from(s, 0);
   sequences_.erase(seq);
 }
@@ -346,6 +350,84 @@ int64_t KvStore::offload_prefix(SeqId seq, int32_t blocks) {
   offload_stats_.blocks_to_host += blocks;
   offload_stats_.bytes_to_host += bytes;
   return bytes;
+}
+
+// ---- SpecPV view copies ----------------------------------------------------------
+
+void KvStore::release_view_copies(Sequence& s) {
+  for (size_t j = s.view_blocks.size(); j-- > 0;) pool_.release(s.view_blocks[j]);
+  s.view_blocks.clear();
+  s.view_indices.clear();
+}
+
+int64_t KvStore::set_view_copies(SeqId seq, std::span<const std::vector<int32_t>> host_indices) {
+  Sequence& s = at(seq);
+  if (!host_) fail(ErrorCode::invalid_argument, "view copies: KV sequence {}: the store has no host tier", seq);
+  if (host_indices.size() != static_cast<size_t>(config_.num_layers))
+    fail(ErrorCode::invalid_argument, "view copies: KV sequence {}: {} layers of indices, the store has {}", seq,
+         host_indices.size(), config_.num_layers);
+  size_t blocks = 0;
+  for (size_t l = 0; l < host_indices.size(); ++l) {
+    const std::vector<int32_t>& idx = host_indices[l];
+    for (size_t j = 0; j < idx.size(); ++j)
+      if (idx[j] < 0 || static_cast<size_t>(idx[j]) >= s.host.size() || (j > 0 && idx[j] <= idx[j - 1]))
+        fail(ErrorCode::invalid_argument,
+             "view copies: KV sequence {} layer {}: index {} is not an ascending host block index below {}", seq, l,
+             idx[j], s.host.size());
+    blocks = std::max(blocks, idx.size());
+  }
+  // The old copies go first (their blocks count as free for the new ones); until the
+  // new ones are made the sequence is marked refused.
+  release_view_copies(s);
+  s.view_refused = true;
+  if (!config_.host_tensors && !host_copier_.layer_to_pool)
+    fail(ErrorCode::unsupported, "view copies: the device's host tier copier cannot copy single layers");
+  if (blocks > static_cast<size_t>(pool_.available())) {
+    fail(ErrorCode::out_of_capacity,
+         "out of KV blocks: the partial view of sequence {} needs {} pool blocks for copies of host-tier blocks but "
+         "{} of {} are free",
+         seq, blocks, pool_.available(), pool_.num_blocks());
+  }
+  // From here on nothing can fail: the pool has the blocks.
+  s.view_refused = false;
+  for (size_t j = 0; j < blocks; ++j) s.view_blocks.push_back(take_block());
+  s.view_indices.assign(host_indices.begin(), host_indices.end());
+  const int64_t floats = host_->block_floats();
+  int64_t copies = 0;
+  for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+    const std::vector<int32_t>& idx = s.view_indices[static_cast<size_t>(layer)];
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const int32_t host_block = s.host[static_cast<size_t>(idx[j])], pool_block = s.view_blocks[j];
+      if (host_copier_.layer_to_pool) {
+        host_copier_.layer_to_pool(layer, host_block, pool_block);
+      } else {
+        std::copy_n(host_->k(layer) + host_block * floats, floats, tensors_.k(layer) + pool_block * floats);
+        std::copy_n(host_->v(layer) + host_block * floats, floats, tensors_.v(layer) + pool_block * floats);
+      }
+      ++copies;
+    }
+  }
+  const int64_t bytes = copies * 2 * host_->block_tensor_bytes();
+  offload_stats_.view_layer_copies += copies;
+  offload_stats_.view_bytes_to_pool += bytes;
+  return bytes;
+}
+
+int32_t KvStore::view_copy(SeqId seq, int32_t layer, int32_t index) const {
+  const Sequence& s = at(seq);
+  if (layer < 0 || static_cast<size_t>(layer) >= s.view_indices.size()) return -1;
+  const std::vector<int32_t>& idx = s.view_indices[static_cast<size_t>(layer)];
+  const auto it = std::lower_bound(idx.begin(), idx.end(), index);
+  if (it == idx.end() || *it != index) return -1;
+  return s.view_blocks[static_cast<size_t>(it - idx.begin())];
+}
+
+int32_t KvStore::view_copy_blocks(SeqId seq) const { return static_cast<int32_t>(at(seq).view_blocks.size()); }
+bool KvStore::view_copies_refused(SeqId seq) const { return at(seq).view_refused; }
+void KvStore::drop_view_copies(SeqId seq) {
+  Sequence& s = at(seq);
+  release_view_copies(s);
+  s.view_refused = false;
 }
 
 }  // namespace specpipe

@@ -47,6 +47,10 @@ using BlockCopier = std::function<void(int32_t src, int32_t dst)>;
 struct HostTierCopier {
   std::function<void(int32_t pool_block, int32_t host_block)> to_host;
   std::function<void(int32_t host_block, int32_t pool_block)> to_pool;
+  /// One layer's K and V of a host block into that layer of a pool block (SpecPV view
+  /// copies, KvStore::set_view_copies); lands before the next forward. May be empty:
+  /// the store then refuses view copies (Error(unsupported)).
+  std::function<void(int32_t layer, int32_t host_block, int32_t pool_block)> layer_to_pool = {};
 };
 
 /// Traffic between the pool and the host tier (ARCHITECTURE.md section 10).
@@ -55,6 +59,8 @@ struct OffloadStats {
   int64_t bytes_to_host = 0;
   int64_t blocks_to_pool = 0;  ///< brought back by a truncate below the host boundary
   int64_t bytes_to_pool = 0;
+  int64_t view_layer_copies = 0;   ///< SpecPV view copies: one layer of one block each
+  int64_t view_bytes_to_pool = 0;  ///< their K/V bytes (set_view_copies)
 };
 
 /// Sequence ids are handed out 0, 1, 2, ... and never reused.
@@ -163,6 +169,26 @@ class KvStore {
   int64_t offload_prefix(SeqId seq, int32_t blocks);
   OffloadStats offload_stats() const { return offload_stats_; }
 
+  // ---- SpecPV view copies (kvstore/README.md, "Partial views of host-tier sequences") --
+
+  /// Gives `seq` pool copies of host-tier blocks for its partial views, so a partial
+  /// round reads them from the pool and moves no K/V over PCIe: for every layer l the
+  /// j-th entry of host_indices[l] (block-table indices < host_blocks(seq), ascending,
+  /// unique) is copied - that layer's K and V only - into layer l of the j-th copy
+  /// block. Takes max_l |host_indices[l]| pool blocks, held apart from the block table
+  /// until the next set_view_copies, a truncate below the host boundary or release.
+  /// Replaces the previous copies. Error(invalid_argument) for a bad index (nothing
+  /// changes); Error(out_of_capacity) when the pool has fewer free blocks and
+  /// Error(unsupported) for a device copier without layer_to_pool: the previous copies
+  /// are dropped all the same and view_copies_refused(seq) says so until the next call.
+  /// Returns the bytes copied.
+  int64_t set_view_copies(SeqId seq, std::span<const std::vector<int32_t>> host_indices);
+  /// The pool block holding layer `layer` of host block index `index` of `seq`, or -1.
+  int32_t view_copy(SeqId seq, int32_t layer, int32_t index) const;
+  int32_t view_copy_blocks(SeqId seq) const;     ///< pool blocks the copies hold
+  bool view_copies_refused(SeqId seq) const;     ///< the last set_view_copies ran out of pool
+  void drop_view_copies(SeqId seq);
+
   KvTensors& tensors() { return tensors_; }
   const KvTensors& tensors() const { return tensors_; }
   const PrefixCache& prefix_cache() const { return prefix_cache_; }
@@ -182,6 +208,7 @@ class KvStore {
   void release_blocks_from(Sequence& seq, size_t first_index);
   void copy_to_host(int32_t pool_block, int32_t host_block);
   void copy_to_pool(int32_t host_block, int32_t pool_block);
+  void release_view_copies(Sequence& seq);
 
   KvStoreConfig config_;
   BlockPool pool_;

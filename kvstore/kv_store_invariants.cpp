@@ -52,6 +52,18 @@ void KvStore::check_invariants() const {
       if (block < 0 || block >= num_blocks) broken("sequence {} holds block {}", id, block);
       ++holders[static_cast<size_t>(block)];
     }
+    // SpecPV view copies: pool blocks held outside the table, indices of host blocks.
+    for (int32_t block : seq.view_blocks) {
+      if (block < 0 || block >= num_blocks) broken("sequence {} holds view copy block {}", id, block);
+      ++holders[static_cast<size_t>(block)];
+    }
+    if (!seq.view_blocks.empty() && seq.view_indices.size() != static_cast<size_t>(config_.num_layers))
+      broken("sequence {} has view copies for {} layers", id, seq.view_indices.size());
+    for (const std::vector<int32_t>& idx : seq.view_indices)
+      for (size_t j = 0; j < idx.size(); ++j)
+        if (j >= seq.view_blocks.size() || idx[j] < 0 || idx[j] >= on_host || (j > 0 && idx[j] <= idx[j - 1]))
+          broken("sequence {} has a view copy of host block index {} (copy {} of {}, {} host blocks)", id, idx[j], j,
+                 seq.view_blocks.size(), on_host);
     for (int32_t block : seq.host) {
       if (block < 0 || block >= host_->total_blocks() || !host_->in_use(block))
         broken("sequence {} holds host block {}, which is not in use", id, block);

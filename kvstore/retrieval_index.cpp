@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kvstore/host_tier.h"
 
 namespace specpipe {
 
@@ -15,13 +16,24 @@ RetrievalIndex::Entry& RetrievalIndex::entry(SeqId seq) {
 void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified, const KeySummariser& summarise) {
   if (!summarise && !kv.tensors().holds_pool())
     fail(ErrorCode::unsupported, "retrieval: the KV pool is on a device and no summariser was given");
-  if (kv.host_blocks(seq) > 0)
-    fail(ErrorCode::unsupported, "retrieval: sequence {} has K/V on the host tier (not supported yet)", seq);
   Entry& e = entry(seq);
   const int32_t B = shape_.block_size;
   const int32_t full = std::min(verified, kv.length(seq)) / B;
   e.summaries.truncate(full);
   const std::span<const int32_t> table = kv.block_table(seq);
+  // Host-tier blocks (a sequence's oldest) are summarised where they live, on the host:
+  // their keys never cross to a device for it.
+  const int32_t on_host = std::min(kv.host_blocks(seq), full);
+  if (e.summaries.blocks() < on_host) {
+    const HostKvTier& tier = *kv.host_tier();
+    const std::span<const int32_t> host = kv.host_block_table(seq);
+    for (int32_t b = e.summaries.blocks(); b < on_host; ++b) {
+      const int64_t first_slot = int64_t{host[static_cast<size_t>(b)]} * B;
+      for (int32_t layer = 0; layer < shape_.num_layers; ++layer)
+        e.summaries.add_layer_block(layer, tier.k(layer) + first_slot * tier.slot_stride(), tier.slot_stride());
+      e.summaries.finish_block();
+    }
+  }
   if (summarise) {
     const int32_t first = e.summaries.blocks();
     if (first >= full) return;

@@ -29,9 +29,11 @@ class RetrievalIndex {
   explicit RetrievalIndex(SummaryShape shape) : shape_(shape) {}
 
   /// Summarises the full blocks of `seq` below position `verified` not summarised yet:
-  /// through `summarise` when given (a device pool: only the summaries cross to the
-  /// host), else from the keys in the store's host tensors. Blocks the sequence no
-  /// longer reaches (it was truncated below them) are forgotten first.
+  /// host-tier blocks from the tier's keys on the host (FP32; the tier's memory must be
+  /// current: a device model lands its queued moves first, ForwardModel::land_host_copies),
+  /// pool blocks through `summarise` when given (a device pool: only the summaries
+  /// cross to the host), else from the keys in the store's host tensors. Blocks the
+  /// sequence no longer reaches (it was truncated below them) are forgotten first.
   void update(const KvStore& kv, SeqId seq, int32_t verified, const KeySummariser& summarise = {});
   /// Re-selects `seq`'s retrieved blocks of `layer`: the top `k` by score for the
   /// window's query rows q ([n, num_heads * head_dim], row i at q + i * ld_q), blocks

@@ -188,6 +188,11 @@ class ForwardModel {
   /// KvStore::attach_host_tier; empty for the CPU, whose store copies its host tensors).
   virtual HostMemoryAllocator* host_memory_allocator() { return nullptr; }
   virtual HostTierCopier host_tier_copier() { return {}; }
+  /// Lands every queued move between the pool and `kv`'s host tier, so the tier's
+  /// memory is current for reads on the host (SpecPV summarises host-tier blocks there);
+  /// false when the backend cannot (the caller then leaves the tier unread). This
+  /// default: true on the CPU (its store copies at once), false on a device.
+  virtual bool land_host_copies(const KvStore& /*kv*/) { return device().kind == DeviceKind::cpu; }
 
   /// The most tokens (all windows together) one forward takes; callers split larger
   /// work. CPU: no limit.

@@ -82,7 +82,9 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   if (const HostKvTier* tier = kv.host_tier()) {
     std::vector<std::span<const int32_t>> host_tables;
     for (const ForwardWindow& w : windows) {
-      host_tables.push_back(kv.host_block_table(w.seq));
+      // A SpecPV partial view reads pool blocks only (copies of its host-tier blocks):
+      // nothing of it streams.
+      host_tables.push_back(w.view ? std::span<const int32_t>{} : kv.host_block_table(w.seq));
       if (!host_tables.back().empty() && !ring_)
         fail(ErrorCode::invalid_argument,
              "CPU forward: sequence {} has K/V on the host tier but the model has no layer ring (enable_layer_ring)",
@@ -192,6 +194,7 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
     const RingSlot slot = ring->acquire(layer);
     for (size_t wi = 0; wi < windows.size(); ++wi) {
       cpu::PagedPrefix& p = attn[wi].prefix;
+      if (windows[wi].view) continue;  // its view is all in the pool
       p.dense_length = kv.host_blocks(windows[wi].seq) * kv.config().block_size;
       p.dense_k = slot.k + ring->offset(wi) * t.slot_stride();
       p.dense_v = slot.v + ring->offset(wi) * t.slot_stride();

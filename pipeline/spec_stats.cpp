@@ -31,6 +31,13 @@ void ViewStats::merge(const ViewStats& o) {
   rolled_back_tokens += o.rolled_back_tokens;
   refreshes += o.refreshes;
   forced_full += o.forced_full;
+  partial_host_bytes += o.partial_host_bytes;
+  full_host_bytes += o.full_host_bytes;
+  view_copy_bytes += o.view_copy_bytes;
+  view_host_blocks += o.view_host_blocks;
+  view_dropped_blocks += o.view_dropped_blocks;
+  view_copy_refusals += o.view_copy_refusals;
+  host_fallbacks += o.host_fallbacks;
 }
 
 void SpecStats::merge(const SpecStats& o) {

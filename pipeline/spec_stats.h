@@ -16,6 +16,14 @@ struct ViewStats {
   int64_t rolled_back_tokens = 0;  ///< provisional tokens dropped by them
   int64_t refreshes = 0;           ///< full rounds that re-selected the retrieved blocks
   int64_t forced_full = 0;         ///< partial views asked for and not given (reasons: engine metrics)
+  // Host tier (offload): what partial and full rounds moved over PCIe.
+  int64_t partial_host_bytes = 0;  ///< host K/V bytes partial rounds streamed (0 unless a fallback)
+  int64_t full_host_bytes = 0;     ///< host K/V bytes full rounds streamed
+  int64_t view_copy_bytes = 0;     ///< host -> pool bytes of view copies (after refreshes)
+  int64_t view_host_blocks = 0;    ///< view blocks partial rounds read from pool copies (x layers)
+  int64_t view_dropped_blocks = 0; ///< host-tier view blocks without a copy, left out (x layers)
+  int64_t view_copy_refusals = 0;  ///< refreshes whose copies the pool could not hold
+  int64_t host_fallbacks = 0;      ///< partial rounds that read the whole prefix (no copies)
 
   int64_t partial_rounds() const { return exact_rounds + approximate_rounds; }
   /// "full" (no partial round), "exact", "approximate" or "mixed".

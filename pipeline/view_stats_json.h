@@ -18,7 +18,16 @@ inline nlohmann::json view_stats_json(const ViewStats& v) {
           {"rollbacks", v.rollbacks},
           {"rolled_back_tokens", v.rolled_back_tokens},
           {"refreshes", v.refreshes},
-          {"forced_full", v.forced_full}};
+          {"forced_full", v.forced_full},
+          // The host tier (offload): partial rounds read pool copies, never PCIe.
+          {"host_tier",
+           {{"partial_host_bytes", v.partial_host_bytes},
+            {"full_host_bytes", v.full_host_bytes},
+            {"view_copy_bytes", v.view_copy_bytes},
+            {"view_host_blocks", v.view_host_blocks},
+            {"view_dropped_blocks", v.view_dropped_blocks},
+            {"view_copy_refusals", v.view_copy_refusals},
+            {"host_fallbacks", v.host_fallbacks}}}};
 }
 
 }  // namespace specpipe

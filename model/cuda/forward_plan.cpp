@@ -37,9 +37,8 @@ void add_ring_blocks(const KvStore& kv, SeqId seq, std::span<int32_t> table,
 /// A window's partial view against its sequence (plan_forward's contract).
 void check_view(const PrefixView& v, SeqId seq, int32_t start, bool chain, const KvStore& kv, const ModelConfig& c) {
   if (chain) fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain over a partial view (sequence {})", seq);
-  if (kv.host_blocks(seq) > 0)
-    fail(ErrorCode::unsupported, "CUDA forward: a partial view of sequence {}, whose oldest K/V are on the host tier",
-         seq);
+  // A sequence with host-tier K/V too: its view names pool blocks only (copies of its
+  // host blocks, KvStore::set_view_copies), checked below; nothing of it streams.
   const auto layers = static_cast<size_t>(c.num_layers);
   if (v.pool_blocks.size() != layers || v.lengths.size() != layers)
     fail(ErrorCode::invalid_argument, "CUDA forward: sequence {}'s partial view has {} / {} layers, the model {}", seq,
@@ -169,7 +168,10 @@ ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, 
     table_len += static_cast<int32_t>(kv.block_table(w.seq).size());
     p.total_tokens += n;
     p.logit_rows += chain ? 1 : logit_rows(w);
-    chain_chunks = std::max(chain_chunks, attention_chunks(starts[wi] + n + steps - 1));
+    // The keys a row may reach: a view's, or the whole prefix (a chain's later steps too).
+    // A view of a host-tier sequence reaches far less than its context, which the pool,
+    // and so a graph's chunk capacity, may not cover.
+    chain_chunks = std::max(chain_chunks, attention_chunks(w.view ? keys + n : starts[wi] + n + steps - 1));
     if (chain && kv.host_blocks(w.seq) > 0)
       fail(ErrorCode::unsupported, "CUDA forward: a greedy chain over sequence {}, whose oldest K/V are on the host tier",
            w.seq);
@@ -204,7 +206,10 @@ ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, 
     const auto table = kv.block_table(w.seq);
     const size_t table_start = p.block_tables.size();
     p.block_tables.insert(p.block_tables.end(), table.begin(), table.end());
-    add_ring_blocks(kv, w.seq, std::span<int32_t>(p.block_tables).subspan(table_start), ring_at, p.ring_host_blocks);
+    // A partial view reads the pool only (its layer tables): its host blocks stay put,
+    // and its whole-prefix table, which no kernel reads then, keeps their kOnHost entries.
+    if (!w.view)
+      add_ring_blocks(kv, w.seq, std::span<int32_t>(p.block_tables).subspan(table_start), ring_at, p.ring_host_blocks);
     const int32_t rows = chain ? 1 : logit_rows(w);
     p.first_logit_row.push_back(lr);
     p.window_logit_rows.push_back(rows);

@@ -150,3 +150,31 @@ TEST_F(ForwardPlanOffloadTest, RefusesGreedyChainsOverHostBlocks) {
 
 }  // namespace
 }  // namespace specpipe::cuda
+
+// SpecPV over the host tier: a window with a partial view of pool blocks only (copies of
+// its host blocks stand in here as any pool blocks) streams nothing, while the same
+// sequence's full window streams its host part; a view naming a host entry is refused.
+namespace specpipe::cuda {
+namespace {
+
+TEST_F(ForwardPlanOffloadTest, APartialViewOfAHostTierSequenceStreamsNothing) {
+  const SeqId a = add(20, 3);  // blocks 0-2 on the host, 3-4 (full) and 5 in the pool
+  const std::vector<int32_t> tokens = {1};
+  const auto t = kv.block_table(a);
+  PrefixView view;
+  // Every layer: a pool block in place of a host block's copy, then the last committed block.
+  view.pool_blocks.assign(static_cast<size_t>(config.num_layers), {t[3], t[4]});
+  view.lengths.assign(static_cast<size_t>(config.num_layers), 2 * kBlockSize);
+  ForwardWindow w{a, tokens};
+  w.view = &view;
+  const ForwardPlan partial = plan_forward({&w, 1}, 1, false, false, kv, config, geometry);
+  EXPECT_FALSE(partial.streams_host_kv());
+  EXPECT_TRUE(partial.views());
+  const ForwardWindow full{a, tokens};
+  EXPECT_TRUE(plan_forward({&full, 1}, 1, false, false, kv, config, geometry).streams_host_kv());
+  view.pool_blocks.front().front() = KvStore::kOnHost;
+  EXPECT_THROW(plan_forward({&w, 1}, 1, false, false, kv, config, geometry), Error);
+}
+
+}  // namespace
+}  // namespace specpipe::cuda
