@@ -4,7 +4,10 @@
 //       CPU backend on the demo target, over the first long golden prompt;
 //   --bench --synthetic NAME --context N [--budgets B,B,...] [--iters N] [--seed S]:
 //       a 5-token verify window over the whole context vs partial views of each budget
-//       (--kv-dtype bf16: over a BF16 K/V store).
+//       (--kv-dtype bf16: over a BF16 K/V store);
+//   --host-bench --synthetic NAME --context N [--budgets B] [--ring-slots N] [--iters N]:
+//       the same over the host tier: the full window streamed from it vs a partial view
+//       of the first budget read from the pool alone (host_view_bench.h).
 // (partial_view_check.h). Prints one JSON object; exits 1 on a failed check or an error.
 #include <algorithm>
 #include <cstdio>
@@ -17,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tools/gpu/host_view_bench.h"
 #include "tools/gpu/partial_view_check.h"
 
 using namespace specpipe;
@@ -31,6 +35,7 @@ int main(int argc, char** argv) {
   // of the full forward: 0.049-0.067 on an H100).
   double logit_tol = 0.13, tie_tol = 0.05;
   int iters = 20;
+  int32_t ring_slots = 4;
   uint64_t seed = 1;
   CudaTransformerOptions opt;
   for (int i = 1; i < argc; ++i) {
@@ -42,7 +47,8 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--check" || a == "--bench") mode = a;
+    if (a == "--check" || a == "--bench" || a == "--host-bench") mode = a;
+    else if (a == "--ring-slots") ring_slots = std::stoi(next());
     else if (a == "--target") target_dir = next();
     else if (a == "--long-golden") long_golden = next();
     else if (a == "--synthetic") shape = next();
@@ -73,12 +79,14 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  if (mode.empty() || (mode == "--bench" && shape.empty()) || (mode == "--check" && opt.kv_dtype != DType::f32)) {
+  if (mode.empty() || (mode != "--check" && shape.empty()) || (mode == "--check" && opt.kv_dtype != DType::f32)) {
     std::fprintf(stderr,
                  "usage: %s --check [--context N] [--target DIR] [--long-golden FILE] [--logit-tol X] [--tie-tol X]\n"
                  "       %s --bench --synthetic NAME --context N [--budgets B,B,...] [--iters N] [--seed S] "
+                 "[--kv-dtype fp32|bf16]\n"
+                 "       %s --host-bench --synthetic NAME --context N [--budgets B] [--ring-slots N] [--iters N] "
                  "[--kv-dtype fp32|bf16]\n",
-                 argv[0], argv[0]);
+                 argv[0], argv[0], argv[0]);
     return 2;
   }
   json report;
@@ -86,6 +94,8 @@ int main(int argc, char** argv) {
   try {
     if (mode == "--bench") {
       report = view_bench(shape, context, budgets, seed, iters, opt, ok);
+    } else if (mode == "--host-bench") {
+      report = host_view_bench(shape, context, budgets.front(), ring_slots, seed, iters, opt, ok);
     } else {
       std::ifstream in(long_golden);
       if (!in) throw std::runtime_error("cannot open " + long_golden);
