@@ -26,7 +26,10 @@
 // the --synthetic shape (qwen3-0.6b by default), --context prompt tokens (offload_check.cpp).
 // --offload-bench with --synthetic NAME --context N [--ring-slots N] [--pool-tokens N]: decode
 // ms/token all on the GPU vs host tier + ring (overlap) vs in-line copies, PCIe floor
-// (offload_bench.cpp). --kv-dtype fp32|bf16 (default fp32): the K/V store's element type
+// (offload_bench.cpp). --prefill-bench with --synthetic NAME --context N [--chunk N] [--ring-slots N]
+// [--pool-tokens N]: prefill tokens/s all on the GPU vs offloaded (write-back beside the
+// compute) vs the seed's in-line copies, and their last logits' bits (prefill_bench.cpp).
+// --kv-dtype fp32|bf16 (default fp32): the K/V store's element type
 // in every mode; with bf16, --offload-check also reports BF16-vs-FP32 logits (bounded).
 // Prints one JSON object; exits 1 on a token mismatch that is not a near-tie (or on an
 // error). Links no CAF / ZeroMQ / yaml-cpp: runs from the GPU bundle.
@@ -55,6 +58,7 @@
 #include "model/transformer.h"
 #include "tools/gpu/block_copy_check.h"
 #include "tools/gpu/offload_bench.h"
+#include "tools/gpu/prefill_bench.h"
 #include "tools/gpu/offload_check.h"
 #include "tools/gpu/synthetic_bench.h"
 #include "tools/gpu/synthetic_models.h"
@@ -349,7 +353,8 @@ int main(int argc, char** argv) {
   int32_t prefill_max = 16384;
   uint64_t seed = 1;
   int iters = 30;
-  bool offload_check_mode = false, offload_bench_mode = false;
+  bool offload_check_mode = false, offload_bench_mode = false, prefill_bench_mode = false;
+  int32_t chunk = 1024;  // --prefill-bench: tokens a prefill forward (the most CudaTransformer takes)
   int32_t ring_slots = 4;
   int32_t pool_tokens = 0;  // --offload-bench: tokens kept in the GPU pool (0: automatic)
   for (int i = 1; i < argc; ++i) {
@@ -379,6 +384,8 @@ int main(int argc, char** argv) {
     else if (a == "--fused-draft") fused_draft = true;
     else if (a == "--offload-check") offload_check_mode = true;
     else if (a == "--offload-bench") offload_bench_mode = true;
+    else if (a == "--prefill-bench") prefill_bench_mode = true;
+    else if (a == "--chunk") chunk = std::stoi(next());
     else if (a == "--ring-slots") ring_slots = std::stoi(next());
     else if (a == "--pool-tokens") pool_tokens = std::stoi(next());
     else if (a == "--kv-dtype") {
@@ -409,7 +416,8 @@ int main(int argc, char** argv) {
                    "[--tie-tol X] [--logit-tol X] [--max-near-ties N] [--cases N] [--gemm auto|cublaslt|rows|mma] [--draft-gemm auto|cublaslt|rows|mma] "
                    "[--no-graphs] [--fused-draft [--fused-blocks N] [--fused-trace]] "
                    "[--synthetic NAME [--context N] [--prefill-max N] [--seed S] [--iters N]] "
-                   "[--offload-check | --offload-bench [--ring-slots N] [--pool-tokens N]] "
+                   "[--offload-check | --offload-bench [--ring-slots N] [--pool-tokens N] | --prefill-bench [--chunk N] "
+                   "[--ring-slots N] [--pool-tokens N]] "
                    "[--kv-dtype fp32|bf16]\n",
                    argv[0]);
       return 2;
@@ -433,6 +441,9 @@ int main(int argc, char** argv) {
   if (offload_bench_mode)
     return single_report(
         [&] { return offload_bench(synthetic, context, ring_slots, pool_tokens, seed, iters, gpu_options); });
+  if (prefill_bench_mode)
+    return single_report(
+        [&] { return prefill_bench(synthetic, context, chunk, ring_slots, pool_tokens, seed, gpu_options); });
   if (offload_check_mode)
     return single_report([&] {
       return offload_checks(target_dir, synthetic.empty() ? "qwen3-0.6b" : synthetic, context, seed, gpu_options, ok);

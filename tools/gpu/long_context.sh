@@ -23,22 +23,62 @@
 # min(sync - copy_ms, copy_ms)), GPU
 # GiB all-on-GPU vs offloaded, host GiB, tokens on the GPU tier, seconds to pin the tier.
 # SHAPES default qwen3-4b there.
+#
+# MODE=prefill (issue 16, prefill with offload): for each shape and context,
+# specpipe_gpu_generate --prefill-bench --chunk CHUNK (1024, the most a forward takes) --kv-dtype KV_DTYPE
+# -> $OUT/prefill_<shape>_<context>_<kv>.json and one line: prefill tokens/s with every
+# block on the GPU, offloaded (a pool of POOL_TOKENS, 0: a quarter of the context, plus a
+# chunk; the rest moved to the pinned host tier before each chunk and written back beside
+# the next forward on the copy stream; host K/V streamed through RING_SLOTS ring slots)
+# and the seed's way (the same copies in line), offload / gpu, seed / gpu, GiB moved to
+# the host, GiB streamed by the ring, and whether the last logits are the same bits.
+# SHAPES default "qwen3-4b llama3.1-8b", CONTEXTS "8192" (a 32K prefill takes over 30 s a way).
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_gpu_generate long_context
 { nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; } >"$out/long_context_environment.txt"
 status=0
+# run_tool JSON LIMIT ARGS...: "$exe" ARGS with stdout to JSON and stderr beside it, under
+# RUN_TIMEOUT (else LIMIT seconds); sets rc, and status=1 when it failed.
+run_tool() {
+  local json="$1" limit="$2"
+  shift 2
+  timeout "${RUN_TIMEOUT:-$limit}" "$exe" "$@" >"$json" 2>"${json%.json}.stderr"
+  rc=$?
+  [[ $rc -eq 0 ]] || status=1
+}
+if [[ "${MODE:-}" == prefill ]]; then
+  printf '%-12s %4s %8s %6s %10s %10s %10s %8s %8s %8s %9s %s\n' shape kv context chunk gpu_tok/s off_tok/s seed_tok/s \
+    off/gpu seed/gpu toHostGiB ringGiB "logits same (off, seed)"
+  for shape in ${SHAPES:-qwen3-4b llama3.1-8b}; do
+    for context in ${CONTEXTS:-8192}; do
+      json="$out/prefill_${shape}_${context}_${KV_DTYPE:-fp32}.json"
+      run_tool "$json" 300 --prefill-bench --synthetic "$shape" --context "$context" --chunk "${CHUNK:-1024}" \
+        --ring-slots "${RING_SLOTS:-4}" --kv-dtype "${KV_DTYPE:-fp32}" --pool-tokens "${POOL_TOKENS:-0}"
+      python3 - "$json" "$shape" "$context" <<'PY' || echo "$shape $context: exit $rc, no report ($(tail -n1 "${json%.json}.stderr"))"
+import json, sys
+r = json.load(open(sys.argv[1]))
+if "error" in r:
+    print(f"{sys.argv[2]:12s} {sys.argv[3]:>8s} error: {r['error']}")
+    sys.exit(0)
+g, o, s = r["gpu"], r["offload"], r["seed_sync"]
+same = r["logits_identical"]
+print(f"{sys.argv[2]:12s} {r['kv_dtype']:>4s} {sys.argv[3]:>8s} {r['chunk']:6d} {g['tokens_per_s']:10.0f} "
+      f"{o['tokens_per_s']:10.0f} {s['tokens_per_s']:10.0f} {r['offload_vs_gpu']:8.3f} {r['seed_vs_gpu']:8.3f} "
+      f"{o['bytes_to_host'] / 2**30:8.2f} {o['ring_bytes_loaded'] / 2**30:9.1f} {same['offload']}, {same['seed_sync']}")
+PY
+    done
+  done
+  exit $status
+fi
 if [[ "${MODE:-}" == offload ]]; then
   printf '%-10s %4s %8s %9s %9s %9s %9s %9s %7s %7s %8s %8s %8s %8s %6s %s\n' shape kv context gpu_ms ring_ms sync_ms \
     floor_ms copy_ms ring/fl overlap gpuGiB offGiB hostGiB gpu_tok pin_s H2D/tier_GBps
   for shape in ${SHAPES:-qwen3-4b}; do
     for context in ${CONTEXTS:-8192 32768 131072}; do
       json="$out/offload_${shape}_${context}.json"
-      timeout "${RUN_TIMEOUT:-300}" "$exe" --offload-bench --synthetic "$shape" --context "$context" \
-        --iters "${ITERS:-5}" --ring-slots "${RING_SLOTS:-4}" --kv-dtype "${KV_DTYPE:-fp32}" \
-        --pool-tokens "${POOL_TOKENS:-0}" >"$json" 2>"${json%.json}.stderr"
-      rc=$?
-      [[ $rc -eq 0 ]] || status=1
+      run_tool "$json" 300 --offload-bench --synthetic "$shape" --context "$context" --iters "${ITERS:-5}" \
+        --ring-slots "${RING_SLOTS:-4}" --kv-dtype "${KV_DTYPE:-fp32}" --pool-tokens "${POOL_TOKENS:-0}"
       python3 - "$json" "$shape" "$context" <<'PY' || echo "$shape $context: exit $rc, no report ($(tail -n1 "${json%.json}.stderr"))"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -61,10 +101,7 @@ printf '%-12s %8s %10s %9s %9s %8s %8s %7s %7s %s\n' shape context decode_us flo
 for shape in ${SHAPES:-llama3.1-8b qwen3-4b qwen3-0.6b}; do
   for context in ${CONTEXTS:-8192 32768 131072}; do
     json="$out/long_${shape}_${context}_${KV_DTYPE:-fp32}.json"
-    timeout "${RUN_TIMEOUT:-120}" "$exe" --synthetic "$shape" --context "$context" --iters "${ITERS:-10}" \
-      --kv-dtype "${KV_DTYPE:-fp32}" >"$json" 2>"${json%.json}.stderr"
-    rc=$?
-    [[ $rc -eq 0 ]] || status=1
+    run_tool "$json" 120 --synthetic "$shape" --context "$context" --iters "${ITERS:-10}" --kv-dtype "${KV_DTYPE:-fp32}"
     python3 - "$json" "$shape" "$context" "$rc" <<'PY' || echo "$shape $context: exit $rc, no report ($(tail -n1 "${json%.json}.stderr"))"
 import json, sys
 r = json.load(open(sys.argv[1]))
