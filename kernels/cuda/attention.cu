@@ -1,7 +1,8 @@
 // cuda::attention (attention.h): checks the shape, then picks the launch path of a batch
 // (attention_paths.h). The kernels live beside it: attention_chunk.cu (a block per row and
-// chunk; the reference), attention_window.cu (verify windows sharing each K/V load),
-// attention_merge.cu (the second launches), attention_device.cuh (what they share).
+// chunk: decode, prefill; the reference), attention_window.cu (verify windows sharing each
+// K/V load), attention_split.cu (split-KV for 1..16 rows, opt-in), attention_merge.cu (the
+// second launches), attention_device.cuh (what they share).
 #include "kernels/cuda/attention.h"
 
 #include <cuda_runtime.h>
@@ -21,8 +22,11 @@ cudaError_t attention_typed(const AttentionShape& s, const PagedPool& pool, cons
       s.head_dim <= 0 || s.head_dim > kMaxHeadDim || b.max_chunks <= 0 || b.max_chunks > 65535)
     return cudaErrorInvalidValue;
   if (b.total_tokens <= 0) return cudaSuccess;
-  // A verify window (or a few): each chunk's K/V loaded once for all its rows, merged by a
-  // second kernel (the counters stay zero).
+  // SPECPIPE_ATTENTION_SPLIT=1: decode and verify windows (up to 16 rows) split-KV, each K/V
+  // tile loaded once for all rows and heads of a task, merged by a second kernel.
+  if (!reference && use_split_path<T>(s, pool, b)) return launch_split_path<T>(s, pool, b, outb, stream);
+  // The default: verify windows on the window kernel (merged by a second kernel; the
+  // counters stay zero), decode and prefill on the chunk kernel.
   if (!reference && use_window_path<T>(s, pool, b)) return launch_window_path<T>(s, pool, b, outb, stream);
   const cudaError_t e = launch_chunk_path<T>(s, pool, b, outb, reference, stream);
   if (e != cudaSuccess || (!reference && b.counters != nullptr)) return e;  // merged by the chunk kernel

@@ -196,6 +196,111 @@ bool can_stage(const AttentionShape& s, const PagedPool& pool, const AttentionBa
          b.ld_kv % kVec == 0 && aligned(pool.v) && aligned(b.v) && aligned(pool.ring_v);
 }
 
+/// The batch's row groups for the kernels that share K/V loads among a window's rows
+/// (window, split): a window's rows cut into runs of rows_per_group, and where each group's
+/// tasks (one per chunk of its last row) start; task0[count] is the number of tasks. Warp 0
+/// of the block fills it from the window metadata only (safe before waiting for the kernel
+/// before); at most kStageMaxRows rows.
+struct RowGroups {
+  int32_t first[kStageMaxRows], rows[kStageMaxRows], task0[kStageMaxRows + 1];
+  int32_t count;
+};
+
+__device__ inline void scan_row_groups(const AttentionBatch& b, int32_t rows_per_group, RowGroups& g) {
+  const int lane = threadIdx.x % 32;
+  bool leader = false;
+  int32_t nrows = 0, chunks = 0;
+  if (lane < b.total_tokens) {
+    const RowInfo r = row_info(b, lane);
+    const int32_t local = lane - r.w.first_token;
+    leader = local % rows_per_group == 0;
+    nrows = min(rows_per_group, r.w.n - local);
+    chunks = attention_chunks(r.keys + nrows - 1);  // the group's last row's
+  }
+  const unsigned leaders = __ballot_sync(detail::kFullMask, leader);
+  int32_t incl = leader ? chunks : 0;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int32_t x = __shfl_up_sync(detail::kFullMask, incl, o);
+    if (lane >= o) incl += x;
+  }
+  const int idx = __popc(leaders & ((1u << lane) - 1u));
+  if (leader) {
+    g.first[idx] = lane;
+    g.rows[idx] = nrows;
+    g.task0[idx] = incl - chunks;
+  }
+  if (lane == 31) {
+    g.task0[__popc(leaders)] = incl;
+    g.count = __popc(leaders);
+  }
+}
+
+/// Softmax numerators of a task's `slots` slots over a chunk, in place in sp ([slots][stride]
+/// scores, -inf past a slot's keys), with each slot's per-warp maxima and sums in red, red2
+/// ([slots][kWarps]): the chunk kernel's reductions (a butterfly per 32 keys, the warps in
+/// order), thread (part, key) of a kBlock-thread block taking the slots part, part +
+/// kBlock / C, ... for key = tid % C as there. count_of(sl): the keys slot sl's row sees in
+/// the chunk. Every thread of the block calls it (one barrier inside; none at the end).
+template <int kBlock, class CountOf>
+__device__ inline void slot_softmax(float* sp, int stride, float* red, float* red2, int32_t slots, CountOf count_of) {
+  const int tid = threadIdx.x, lane = tid % 32, key = tid % C, part = tid / C, kw = key / 32;
+  constexpr int kParts = kBlock / C;
+  for (int sl = part; sl < slots; sl += kParts) {
+    const float m = detail::warp_max(sp[sl * stride + key]);
+    if (lane == 0) red[sl * kWarps + kw] = m;
+  }
+  __syncthreads();
+  for (int sl = part; sl < slots; sl += kParts) {
+    float m = red[sl * kWarps];
+#pragma unroll
+    for (int w2 = 1; w2 < kWarps; ++w2) m = fmaxf(m, red[sl * kWarps + w2]);
+    float* ps = sp + sl * stride + key;
+    const float e = key < count_of(sl) ? expf(*ps - m) : 0.0f;
+    *ps = e;
+    const float sum = detail::warp_sum(e);
+    if (lane == 0) red2[sl * kWarps + kw] = sum;
+  }
+}
+
+/// Slot sl's chunk max and sum from slot_softmax's per-warp values (warps in order, as the
+/// chunk kernel) into its record (row, query head h, chunk).
+__device__ inline void store_slot_stats(const AttentionShape& s, const AttentionBatch& b, const float* red,
+                                        const float* red2, int32_t sl, int32_t row, int64_t h, int32_t chunk) {
+  float m = red[sl * kWarps], sum = red2[sl * kWarps];
+#pragma unroll
+  for (int w2 = 1; w2 < kWarps; ++w2) {
+    m = fmaxf(m, red[sl * kWarps + w2]);
+    sum += red2[sl * kWarps + w2];
+  }
+  float* rec = b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + chunk) * (s.head_dim + 2);
+  rec[0] = m;
+  rec[1] = sum;
+}
+
+/// One score pass of the kernels that share K/V loads: lane l's FMA chains over dims l, l+32,
+/// ... (the chunk kernel's) of 4 slots' queries (rows sl0..sl0+3 of sq, clamped to the last
+/// slot) against kKeysN keys held in kreg, into v[u * 4 + s4]; reduce_scatter then sums them
+/// over the lanes as warp_sum does.
+template <int kKeysN, int kDimLanes>
+__device__ inline void pass_dots(const float* sq, int32_t sl0, int32_t slots, int32_t hd, int lane,
+                                 const float (&kreg)[kKeysN][kDimLanes], float (&v)[kKeysN * 4]) {
+#pragma unroll
+  for (int s4 = 0; s4 < 4; ++s4) {
+    const float* qs = sq + min(sl0 + s4, slots - 1) * hd;
+    float qreg[kDimLanes];
+#pragma unroll
+    for (int d = 0; d < kDimLanes; ++d) qreg[d] = lane + 32 * d < hd ? qs[lane + 32 * d] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kKeysN; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int d = 0; d < kDimLanes; ++d)
+        if (lane + 32 * d < hd) dot = fmaf(qreg[d], kreg[u][d], dot);
+      v[u * 4 + s4] = dot;
+    }
+  }
+}
+
 /// One step of a reduce-scatter over the lanes: N values per lane become N/2, lane L
 /// keeping the half selected by bit `kOffset` of L, each the sum of its own and lane
 /// L ^ kOffset's value of that index (warp_sum's pairs at that offset).

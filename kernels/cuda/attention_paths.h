@@ -27,9 +27,21 @@ template <class T>
 cudaError_t launch_window_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
                                cudaStream_t stream);
 
+/// Whether a batch takes the split-KV kernel (attention_split.cu: 1..16 rows, head_dim
+/// 33..128, SPECPIPE_ATTENTION_SPLIT=1; off by default), and its launch (the split kernel, then
+/// launch_head_merge).
+template <class T>
+bool use_split_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b);
+template <class T>
+cudaError_t launch_split_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
+                              cudaStream_t stream);
+
 /// Second launches over the chunk records (attention_merge.cu), the same bits: the combine
 /// kernel (a block per (row, query head)) and the merge kernel (a block per (row, kv head)).
 cudaError_t launch_combine(const AttentionShape& s, const AttentionBatch& b, uint16_t* outb, cudaStream_t stream);
 cudaError_t launch_merge(const AttentionShape& s, const AttentionBatch& b, uint16_t* outb, cudaStream_t stream);
+/// The split path's: a block per (row, query head) (launch_merge past head_dim 128 or
+/// 25,600 chunks).
+cudaError_t launch_head_merge(const AttentionShape& s, const AttentionBatch& b, uint16_t* outb, cudaStream_t stream);
 
 }  // namespace specpipe::cuda::attention_detail

@@ -132,41 +132,14 @@ template <int kDimLanes, bool kLean, class T>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots) {
-  __shared__ int32_t grp_first[kStageMaxRows], grp_rows[kStageMaxRows], grp_task0[kStageMaxRows + 1];
-  __shared__ int32_t grp_count;
+  __shared__ RowGroups g;
   __shared__ const T* krow[C];
   __shared__ const T* vrow[C];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   // The batch's groups and their tasks (metadata only: before waiting for the kernel before).
-  if (warp == 0) {
-    bool leader = false;
-    int32_t nrows = 0, chunks = 0;
-    if (lane < b.total_tokens) {
-      const RowInfo r = row_info(b, lane);
-      const int32_t local = lane - r.w.first_token;
-      leader = local % rows_per_group == 0;
-      nrows = min(rows_per_group, r.w.n - local);
-      chunks = attention_chunks(r.keys + nrows - 1);  // the group's last row's
-    }
-    const unsigned leaders = __ballot_sync(detail::kFullMask, leader);
-    int32_t incl = leader ? chunks : 0;
-    for (int o = 1; o < 32; o <<= 1) {
-      const int32_t x = __shfl_up_sync(detail::kFullMask, incl, o);
-      if (lane >= o) incl += x;
-    }
-    const int idx = __popc(leaders & ((1u << lane) - 1u));
-    if (leader) {
-      grp_first[idx] = lane;
-      grp_rows[idx] = nrows;
-      grp_task0[idx] = incl - chunks;
-    }
-    if (lane == 31) {
-      grp_task0[__popc(leaders)] = incl;
-      grp_count = __popc(leaders);
-    }
-  }
+  if (warp == 0) scan_row_groups(b, rows_per_group, g);
   __syncthreads();
-  const int32_t groups = grp_count, tasks = grp_task0[groups];
+  const int32_t groups = g.count, tasks = g.task0[groups];
   if (static_cast<int32_t>(blockIdx.y) >= tasks) return;
   detail::begin_dependent_kernel();
 
@@ -181,11 +154,11 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
 
   for (int32_t task = blockIdx.y; task < tasks; task += gridDim.y) {
     int32_t gi = 0;
-    while (gi + 1 < groups && grp_task0[gi + 1] <= task) ++gi;
+    while (gi + 1 < groups && g.task0[gi + 1] <= task) ++gi;
     WindowTask t;
-    t.chunk = task - grp_task0[gi];
-    t.row0 = grp_first[gi];
-    t.rows = grp_rows[gi];
+    t.chunk = task - g.task0[gi];
+    t.row0 = g.first[gi];
+    t.rows = g.rows[gi];
     const AttentionWindowDesc w = b.windows[b.token_window[t.row0]];
     t.keys0 = w.prefix_len + (t.row0 - w.first_token) + 1;
     t.j0 = t.chunk * C;
@@ -230,21 +203,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       }
       for (int sl0 = 0; sl0 < slots; sl0 += 4) {
         float v[kPassKeys * 4];
-#pragma unroll
-        for (int s4 = 0; s4 < 4; ++s4) {
-          const float* qs = sq + min(sl0 + s4, slots - 1) * hd;
-          float qreg[kDimLanes];
-#pragma unroll
-          for (int d = 0; d < kDimLanes; ++d) qreg[d] = lane + 32 * d < hd ? qs[lane + 32 * d] : 0.0f;
-#pragma unroll
-          for (int u = 0; u < kPassKeys; ++u) {
-            float dot = 0.0f;
-#pragma unroll
-            for (int d = 0; d < kDimLanes; ++d)
-              if (lane + 32 * d < hd) dot = fmaf(qreg[d], kreg[u][d], dot);
-            v[u * 4 + s4] = dot;
-          }
-        }
+        pass_dots(sq, sl0, slots, hd, lane, kreg, v);
         const float dot = reduce_scatter(v, lane);
         const int index = kLean ? lane >> 1 : lane;  // lean: lanes L and L ^ 1 hold the same sum
         const int u = index >> 2, sl = sl0 + (index & 3), jl = warp + (pass * kPassKeys + u) * kFastWarps;
@@ -254,42 +213,14 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
     }
     __syncthreads();
 
-    // Softmax numerators: the chunk kernel's reductions per slot, thread (part, key) taking
-    // the slots part, part + 4, ... for its key (key = tid % C as there).
-    {
-      const int key = tid % C, part = tid / C, kw = key / 32;
-      constexpr int kParts = kFastThreads / C;
-      for (int sl = part; sl < slots; sl += kParts) {
-        const float m = detail::warp_max(sp[sl * kScoreStride + key]);
-        if (lane == 0) red[sl * kWarps + kw] = m;
-      }
-      __syncthreads();
-      for (int sl = part; sl < slots; sl += kParts) {
-        float m = red[sl * kWarps];
-#pragma unroll
-        for (int w2 = 1; w2 < kWarps; ++w2) m = fmaxf(m, red[sl * kWarps + w2]);
-        float* ps = sp + sl * kScoreStride + key;
-        const float e = key < t.count(t.first + sl / group) ? expf(*ps - m) : 0.0f;
-        *ps = e;
-        const float sum = detail::warp_sum(e);
-        if (lane == 0) red2[sl * kWarps + kw] = sum;
-      }
-    }
+    // Softmax numerators: the chunk kernel's reductions per slot (slot_softmax).
+    slot_softmax<kFastThreads>(sp, kScoreStride, red, red2, slots,
+                               [&](int32_t sl) { return t.count(t.first + sl / group); });
     copy_async_wait_all();  // this thread's copies; the barrier shows everyone's
     __syncthreads();
-    if (tid < slots) {
-      float m = red[tid * kWarps], sum = red2[tid * kWarps];
-#pragma unroll
-      for (int w2 = 1; w2 < kWarps; ++w2) {
-        m = fmaxf(m, red[tid * kWarps + w2]);
-        sum += red2[tid * kWarps + w2];
-      }
-      const int32_t row = t.row0 + t.first + tid / group;
-      const int64_t h = int64_t{kvh} * group + tid % group;
-      float* rec = b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + t.chunk) * (hd + 2);
-      rec[0] = m;
-      rec[1] = sum;
-    }
+    if (tid < slots)
+      store_slot_stats(s, b, red, red2, tid, t.row0 + t.first + tid / group, int64_t{kvh} * group + tid % group,
+                       t.chunk);
 
     // Value sums: thread (part, d) runs the chains of the slots part, part + parts, ...
     // each staged value read once for all of them, up to 8 at a time.
