@@ -22,7 +22,7 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr int32_t kBlock = 16;
+constexpr int32_t kPrefillBlock = 16;
 
 struct PrefillRun {
   double ms = 0;                 // the timed chunks (all but the first)
@@ -85,7 +85,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 json prefill_bench(const std::string& shape, int32_t context, int32_t chunk, int32_t ring_slots, int32_t pool_tokens,
                    uint64_t seed, CudaTransformerOptions opt) {
-  if (chunk < kBlock || chunk > 16384)
+  if (chunk < kPrefillBlock || chunk > 16384)
     throw std::invalid_argument("--chunk must be in [16, 16384], got " + std::to_string(chunk));
   json r;
   ModelConfig c = synthetic_model_config(shape);
@@ -113,18 +113,18 @@ json prefill_bench(const std::string& shape, int32_t context, int32_t chunk, int
   // All on the GPU.
   PrefillRun gpu;
   {
-    auto m = CudaTransformer::random(c, seed, (context + chunk) / kBlock + 4, kBlock, opt);
+    auto m = CudaTransformer::random(c, seed, (context + chunk) / kPrefillBlock + 4, kPrefillBlock, opt);
     KvStore kv(m->kv_config());
     gpu = prefill(*m, kv, prompt, chunk);
   }
   // Offloaded: the pool holds pool_tokens plus a chunk; the rest goes to the pinned tier
   // (pinned once: both runs use the same model, store and tier, the sequence released
   // between them).
-  auto m = CudaTransformer::random(c, seed, (pool_tokens + chunk) / kBlock + 2, kBlock, opt);
+  auto m = CudaTransformer::random(c, seed, (pool_tokens + chunk) / kPrefillBlock + 2, kPrefillBlock, opt);
   KvStoreConfig kc = m->kv_config();
   KvStore kv(kc);
   const HostTierLayout layout{kc.num_layers, kc.num_kv_heads, kc.head_dim, kc.block_size, opt.kv_dtype};
-  const int64_t host_bytes = (int64_t{context} / kBlock + 2) * HostKvTier::block_bytes(layout);
+  const int64_t host_bytes = (int64_t{context} / kPrefillBlock + 2) * HostKvTier::block_bytes(layout);
   const auto t_pin = Clock::now();
   kv.attach_host_tier(std::make_unique<HostKvTier>(layout, host_bytes, &cuda::pinned_host_allocator()),
                       host_tier_copier(*m));
