@@ -3,6 +3,7 @@
 # `openai` package from PyPI (installed into a cached venv; the test is skipped, exit 77,
 # when python3's venv/pip or PyPI are unavailable) and curl. Then SIGTERM: exit 0.
 set -euo pipefail
+trap 'echo "http_clients_test.sh: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 specpipe=$1 models=$2 client_py=$3
 work=$(mktemp -d)
 trap 'kill "${server_pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -40,12 +41,17 @@ base="http://$address"
 
 "$venv/bin/python" "$client_py" "$base/v1" demo-chat
 
-curl -sf "$base/health" | grep -q '"status":"ok"'
+# Each response goes to a file before grep reads it: with pipefail, `curl | grep -q` fails
+# whenever grep matches and exits while curl is still writing (SIGPIPE), which a loaded
+# machine makes likely for the long /metrics page (it failed a CI run once).
+curl -sf "$base/health" >"$work/health.json"
+grep -q '"status":"ok"' "$work/health.json"
 curl -sfN "$base/v1/completions" -d '{"prompt": "import os", "max_tokens": 8, "stream": true}' >"$work/sse.txt"
 grep -q '^data: {' "$work/sse.txt" && tail -2 "$work/sse.txt" | grep -q '^data: \[DONE\]'
 code=$(curl -s -o "$work/err.json" -w '%{http_code}' "$base/v1/completions" -d '{"prompt": ')
 [ "$code" = 400 ] && grep -q '"code":"malformed_json"' "$work/err.json"
-curl -sf "$base/metrics" | grep -q '^specpipe_http_requests_total{route="/v1/completions",code="200"}'
+curl -sf "$base/metrics" >"$work/metrics.txt"
+grep -q '^specpipe_http_requests_total{route="/v1/completions",code="200"}' "$work/metrics.txt"
 echo "curl: ok"
 
 kill -TERM "$server_pid"
