@@ -2,12 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <system_error>
 
 namespace specpipe::test {
 namespace {
