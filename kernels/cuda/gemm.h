@@ -98,6 +98,19 @@ cudaError_t gemm_mma_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int
 cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, uint16_t* yb,
                                int64_t ldyb, int32_t m, cudaStream_t stream, bool overlap_previous = false);
 
+/// How gemm_mma_bf16 / gemm_mma_silu_bf16 stream W; every variant gives the same bits (a
+/// warp's k steps are summed in ascending order and the warps in warp order in each).
+/// Bit 1: deeper register buffers (8 steps, not 4, per warp and buffer) where the grid
+/// leaves at most two blocks an SM (o_proj and down_proj of an 8B shape at m <= 8).
+/// Bit 2 (up to 16 rows): persistent blocks where the grid needs more than one wave (gate_up, lm_head):
+/// each block takes an equal share of the 16-feature tiles, the next tile's weights
+/// loading during a tile's cross-warp sum and store. 0: one block per tile (the first
+/// kernel). SPECPIPE_GEMM_MMA_VARIANT (0..3, read on first use) overrides the default.
+constexpr int kDefaultMmaVariant = 0;
+int gemm_mma_variant();
+/// For checks and A/B timings: the variant every later launch takes.
+void set_gemm_mma_variant(int variant);
+
 /// Host: [W_gate; W_up] (2n rows of k, gate rows first) -> gemm_mma_silu_bf16's layout,
 /// 8 gate rows then the same 8 features' up rows (its 16-row tiles). n % 8 == 0.
 void interleave_gate_up(const uint16_t* gate_up, int64_t n, int64_t k, uint16_t* out);

@@ -10,6 +10,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/bf16.cuh"
@@ -17,6 +20,25 @@
 #include "kernels/cuda/pdl.cuh"
 
 namespace specpipe::cuda {
+namespace {
+
+/// -1 until read from SPECPIPE_GEMM_MMA_VARIANT (gemm.h).
+std::atomic<int> mma_variant{-1};
+
+}  // namespace
+
+int gemm_mma_variant() {
+  int v = mma_variant.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("SPECPIPE_GEMM_MMA_VARIANT");
+    v = e != nullptr && *e != '\0' ? std::atoi(e) & 3 : kDefaultMmaVariant;
+    mma_variant.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 3, std::memory_order_relaxed); }
+
 namespace {
 
 constexpr int kWarps = 4;          // warps of a block, each a quarter of the k steps
@@ -44,37 +66,58 @@ __device__ inline void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/// One block: features [16 b, 16 b + 16) for rows [0, 8 * kTiles). Lane (g = lane / 4,
+/// One tile: features [16 b, 16 b + 16) for rows [0, 8 * kTiles). Lane (g = lane / 4,
 /// t = lane % 4) loads bf16 k = s*32 + 8t .. +7 of feature rows g and g + 8, and of x
 /// rows 8j + g; the mma's k slots are a permutation of those 32 k, the same for A and B:
 /// words 0-1 feed the first mma, words 2-3 the second.
 /// kSiluGate: W's rows are gate and up interleaved by 8 (interleave_gate_up), so a lane
 /// holds gate and up of MLP feature 8 b + g side by side, and the block writes
 /// yb = bf16(silu(gate) * up) to [m, ldy] instead of y (n = W's rows = 2 features).
-template <int kTiles, bool kSiluGate>
+/// kDepth: steps whose weights one register buffer holds (4; 8 doubles the loads in
+/// flight of a warp for grids of at most two blocks an SM). kPersistent: the block takes
+/// tiles blockIdx.x, + gridDim.x, ... and its weight loads run on across its tiles, so the
+/// next tile's loads are in flight during a tile's cross-warp sum and store (no block
+/// start, no drained pipeline per tile). Neither changes a sum: a warp's steps are summed
+/// in ascending order and the warps in warp order in every variant.
+template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
 __global__ void __launch_bounds__(kWarps * 32) gemm_mma_kernel(const uint16_t* __restrict__ x, int64_t ldx,
                                                                const uint16_t* __restrict__ w, int64_t n, int64_t k,
                                                                float* __restrict__ y, uint16_t* __restrict__ yb,
                                                                int64_t ldy, int32_t m) {
   __shared__ float partial[kWarps - 1][kTiles][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t f0 = int64_t{blockIdx.x} * kTile;
-  // Rows of W past n read the last row (kept in bounds; their sums are never stored).
-  const uint16_t* w_lo = w + min(f0 + g, n - 1) * k + 8 * t;
-  const uint16_t* w_hi = w + min(f0 + g + 8, n - 1) * k + 8 * t;
   const int64_t steps = k / kStep;
-  // Warp `warp` takes steps warp, warp + kWarps, ...; kUnroll of them per iteration.
-  const int64_t per_iter = int64_t{kWarps} * kUnroll;
-  const int64_t iters = (steps + per_iter - 1) / per_iter;
+  // Warp `warp` takes steps warp, warp + kWarps, ...; kDepth of them per iteration.
+  constexpr int64_t per_iter = int64_t{kWarps} * kDepth;
+  const int32_t iters = static_cast<int32_t>((steps + per_iter - 1) / per_iter);
+  // Iteration gi of this block: iteration gi % iters of its (gi / iters)-th tile.
+  int32_t total = iters;
+  if constexpr (kPersistent) {
+    const int32_t tiles = static_cast<int32_t>((n + kTile - 1) / kTile);
+    total = (tiles - static_cast<int32_t>(blockIdx.x) + static_cast<int32_t>(gridDim.x) - 1) /
+            static_cast<int32_t>(gridDim.x) * iters;
+  }
+  auto tile_of = [&](int32_t gi) -> int64_t {
+    if constexpr (kPersistent) return blockIdx.x + int64_t{gi / iters} * gridDim.x;
+    return blockIdx.x;
+  };
+  auto iter_of = [&](int32_t gi) -> int32_t {
+    if constexpr (kPersistent) return gi % iters;
+    return gi;
+  };
 
-  // Two register buffers of kUnroll steps' weights, filled and drained in turn, so one
+  // Two register buffers of kDepth steps' weights, filled and drained in turn, so one
   // iteration's loads are in flight while the other's are multiplied (a copy from one to
   // the other would wait for the loads to land). One buffer with more warps per SM, and
   // 8 warps per block, were slower on an H100 (kernels/cuda/README.md).
-  uint4 buf_lo[2][kUnroll], buf_hi[2][kUnroll];
-  auto load_weights = [&](int b, int64_t it) {
+  uint4 buf_lo[2][kDepth], buf_hi[2][kDepth];
+  auto load_weights = [&](int b, int32_t gi) {
+    const int64_t f0 = tile_of(gi) * kTile, it = iter_of(gi);
+    // Rows of W past n read the last row (kept in bounds; their sums are never stored).
+    const uint16_t* w_lo = w + min(f0 + g, n - 1) * k + 8 * t;
+    const uint16_t* w_hi = w + min(f0 + g + 8, n - 1) * k + 8 * t;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kDepth; ++u) {
       const int64_t s = it * per_iter + u * kWarps + warp;
       if (s < steps) {
         buf_lo[b][u] = load_stream(w_lo + s * kStep);
@@ -86,9 +129,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemm_mma_kernel(const uint16_t* _
   auto multiply = [&](int b, int64_t it) {
     // Every x fragment of the iteration first, so their loads overlap (one at a time,
     // each in front of its mma, this kernel was ~10% slower).
-    uint4 xb[kUnroll][kTiles];
+    uint4 xb[kDepth][kTiles];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kDepth; ++u) {
       const int64_t s = it * per_iter + u * kWarps + warp;
 #pragma unroll
       for (int j = 0; j < kTiles; ++j) {
@@ -98,7 +141,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemm_mma_kernel(const uint16_t* _
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kDepth; ++u) {
       const int64_t s = it * per_iter + u * kWarps + warp;
       if (s >= steps) break;
       const uint4& lo = buf_lo[b][u];
@@ -110,63 +153,137 @@ __global__ void __launch_bounds__(kWarps * 32) gemm_mma_kernel(const uint16_t* _
       }
     }
   };
+  // Sum the warps' partials in warp order, then store: acc[j] holds features g, g + 8
+  // (elements 0-1, 2-3) of rows 8j + 2t, 8j + 2t + 1.
+  auto finish = [&](int64_t tile) {
+    const int64_t f0 = tile * kTile;
+    if (warp > 0) {
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) partial[warp - 1][j][e][lane] = acc[j][e];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j) {
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          v[e] = acc[j][e];
+#pragma unroll
+          for (int p = 0; p < kWarps - 1; ++p) v[e] += partial[p][j][e][lane];
+        }
+        if constexpr (kSiluGate) {
+          const int64_t f = f0 / 2 + g;  // gate in v[0..1], up in v[2..3]
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int row = 8 * j + 2 * t + e;
+            if (row < m && f < n / 2) yb[row * ldy + f] = detail::f32_to_bf16_rne(detail::silu_gate_value(v[e], v[e + 2]));
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = 8 * j + 2 * t + (e & 1);
+            const int64_t f = f0 + g + (e >= 2 ? 8 : 0);
+            if (row < m && f < n) y[row * ldy + f] = v[e];
+          }
+        }
+      }
+    }
+    if constexpr (kPersistent) {
+      __syncthreads();  // warp 0 has read `partial` before the next tile writes it
+#pragma unroll
+      for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+    }
+  };
+  // One iteration: multiply buffer b, refill it two iterations ahead (possibly the next
+  // tile's weights), and close the tile after its last iteration.
+  auto step = [&](int b, int32_t gi) {
+    multiply(b, iter_of(gi));
+    if (gi + 2 < total) load_weights(b, gi + 2);
+    if constexpr (kPersistent) {
+      if (iter_of(gi) == iters - 1) {
+        if (gi == total - 1) detail::allow_dependent_launch();
+        finish(tile_of(gi));
+      }
+    }
+  };
   // Weights do not depend on the kernel before: the first loads are issued before waiting
   // for it (under programmatic dependent launch, while it still runs).
   load_weights(0, 0);
-  if (iters > 1) load_weights(1, 1);
+  if (total > 1) load_weights(1, 1);
   detail::wait_for_prerequisite_grid();
-  for (int64_t it = 0; it < iters; it += 2) {
-    multiply(0, it);
-    if (it + 2 < iters) load_weights(0, it + 2);
-    if (it + 1 >= iters) break;
-    multiply(1, it + 1);
-    if (it + 3 < iters) load_weights(1, it + 3);
+  for (int32_t gi = 0; gi < total; gi += 2) {
+    step(0, gi);
+    if (gi + 1 >= total) break;
+    step(1, gi + 1);
   }
-  detail::allow_dependent_launch();
-
-  // Sum the warps' partials in warp order, then store: acc[j] holds features g, g + 8
-  // (elements 0-1, 2-3) of rows 8j + 2t, 8j + 2t + 1.
-  if (warp > 0) {
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) partial[warp - 1][j][e][lane] = acc[j][e];
-  }
-  __syncthreads();
-  if (warp != 0) return;
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-    float v[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      v[e] = acc[j][e];
-#pragma unroll
-      for (int p = 0; p < kWarps - 1; ++p) v[e] += partial[p][j][e][lane];
-    }
-    if constexpr (kSiluGate) {
-      const int64_t f = f0 / 2 + g;  // gate in v[0..1], up in v[2..3]
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int row = 8 * j + 2 * t + e;
-        if (row < m && f < n / 2) yb[row * ldy + f] = detail::f32_to_bf16_rne(detail::silu_gate_value(v[e], v[e + 2]));
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 8 * j + 2 * t + (e & 1);
-        const int64_t f = f0 + g + (e >= 2 ? 8 : 0);
-        if (row < m && f < n) y[row * ldy + f] = v[e];
-      }
-    }
+  if constexpr (!kPersistent) {
+    detail::allow_dependent_launch();
+    finish(blockIdx.x);
   }
 }
 
+/// Resident blocks of one kernel variant on the device (SMs x blocks an SM), asked on its
+/// first launch (an eager forward runs before a shape is captured into a graph) and kept:
+/// a persistent grid fills this many. One device per process, as the engine runs.
+template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
+int64_t resident_blocks() {
+  static const int64_t blocks = [] {
+    int dev = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>, kWarps * 32, 0) != cudaSuccess)
+      return int64_t{0};
+    return int64_t{sms} * per_sm;
+  }();
+  return blocks;
+}
+
+template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
+cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k,
+                           float* y, uint16_t* yb, int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
+  return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>,
+                                  dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
+                                  ldx, w, n, k, y, yb, ldy, m);
+}
+
+/// One pass over W for up to kMaxMmaRows rows, in the variant gemm_mma_variant() allows:
+/// deep buffers where the plain grid leaves at most two blocks an SM (one row tile only:
+/// more would not fit the registers), persistent blocks where it needs more than one wave
+/// (up to two row tiles).
 template <int kTiles, bool kSiluGate>
 cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y, uint16_t* yb,
                    int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
-  return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate>,
-                                  dim3(static_cast<unsigned>((n + kTile - 1) / kTile)), dim3(kWarps * 32), stream,
-                                  overlap_previous, x, ldx, w, n, k, y, yb, ldy, m);
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  const int variant = gemm_mma_variant();
+  // Decode steps and verify windows (up to 16 rows) only: the variants of longer
+  // batches would double this file's kernels for forwards that are not weight-bound.
+  if constexpr (kTiles <= 2) {
+    if (variant & 2) {
+      const int64_t resident = resident_blocks<kTiles, kSiluGate, kUnroll, true>();
+      if (resident > 0 && tiles > resident) {
+        const int64_t per_block = (tiles + resident - 1) / resident;  // equal shares: no tail
+        return launch_variant<kTiles, kSiluGate, kUnroll, true>((tiles + per_block - 1) / per_block, x, ldx, w, n, k,
+                                                                y, yb, ldy, m, stream, overlap_previous);
+      }
+    }
+  }
+  if constexpr (kTiles == 1) {
+    if (variant & 1) {
+      const int64_t resident = resident_blocks<kTiles, kSiluGate, 2 * kUnroll, false>();
+      const int64_t plain = resident_blocks<kTiles, kSiluGate, kUnroll, false>();
+      if (resident > 0 && plain > 0 && tiles <= resident && 2 * tiles <= plain)
+        return launch_variant<kTiles, kSiluGate, 2 * kUnroll, false>(tiles, x, ldx, w, n, k, y, yb, ldy, m, stream,
+                                                                     overlap_previous);
+    }
+  }
+  return launch_variant<kTiles, kSiluGate, kUnroll, false>(tiles, x, ldx, w, n, k, y, yb, ldy, m, stream,
+                                                           overlap_previous);
 }
 
 /// Both entry points: W of n rows, y (float) or yb (the SiLU gate's bf16) of ldy.

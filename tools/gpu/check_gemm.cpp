@@ -3,6 +3,7 @@
 // and their speed at Llama-3-8B shapes against the device-to-device copy bandwidth.
 #include <cublasLt.h>
 
+#include <bit>
 #include <functional>
 #include <map>
 #include <memory>
@@ -175,6 +176,52 @@ void check_silu_epilogue(Report& report, cudaStream_t stream) {
                      fmt::format("{} outputs compared", got_all.size()));
 }
 
+/// Every gemm_mma variant (gemm.h: deep buffers, persistent blocks) == the plain kernel
+/// bit for bit, on shapes that take each: 256 tiles (deep at m <= 8), a ragged last tile,
+/// more tiles than an H100 holds at once (persistent) with an odd number of iterations a
+/// tile, and the SiLU epilogue over persistent blocks.
+void check_mma_variants(Report& report, cudaStream_t stream) {
+  struct Shape { int64_t n, k; bool silu; };
+  const Shape shapes[] = {{4096, 4096, false}, {4088, 14336, false}, {19208, 1536, false}, {9608, 1024, true}};
+  const int32_t M = 64;
+  const int before = cuda::gemm_mma_variant();
+  for (const Shape& sh : shapes) {
+    const int64_t n = sh.n, k = sh.k, rows = sh.silu ? 2 * n : n;
+    const auto w16 = to_bf16(random_floats(static_cast<size_t>(rows * k), 1201, -0.1f, 0.1f));
+    const auto x = random_floats(static_cast<size_t>(M * k), 1202, -2.0f, 2.0f);
+    DeviceBuffer<float> dx32(x), dy(static_cast<size_t>(M * n));
+    DeviceBuffer<uint16_t> dw(w16), dx16(static_cast<size_t>(M * k)), dyb(static_cast<size_t>(M * n));
+    CUDA_OK(cuda::f32_to_bf16(dx32.get(), M, k, k, dx16.get(), k, stream));
+    // Outputs of every m in {1, 3, 8, 9, 16, 33, 64}, as raw bits.
+    auto outputs = [&](int variant) {
+      cuda::set_gemm_mma_variant(variant);
+      std::vector<uint32_t> bits;
+      for (int32_t m : {1, 3, 8, 9, 16, 33, 64}) {
+        if (sh.silu) {
+          CUDA_OK(cuda::gemm_mma_silu_bf16(dx16.get(), k, dw.get(), n, k, dyb.get(), n, m, stream, true));
+          const auto y = dyb.download();
+          bits.insert(bits.end(), y.begin(), y.begin() + m * n);
+        } else {
+          CUDA_OK(cuda::gemm_mma_bf16(dx16.get(), k, dw.get(), n, k, dy.get(), n, m, stream, true));
+          const auto y = dy.download();
+          for (int64_t i = 0; i < m * n; ++i) bits.push_back(std::bit_cast<uint32_t>(y[static_cast<size_t>(i)]));
+        }
+      }
+      return bits;
+    };
+    const auto plain = outputs(0);
+    for (int variant = 1; variant <= 3; ++variant) {
+      const auto got = outputs(variant);
+      int64_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += got[i] != plain[i];
+      report.exact_count(fmt::format("gemm_mma variant {} == variant 0 ({} n {} k {}, m = 1..64)", variant,
+                                     sh.silu ? "silu" : "bf16", n, k),
+                         differ, fmt::format("{} outputs compared", got.size()));
+    }
+  }
+  cuda::set_gemm_mma_variant(before);
+}
+
 double copy_bandwidth_GBps(Report& report, cudaStream_t stream) {
   const size_t bytes = size_t{1} << 30;
   DeviceBuffer<uint8_t> a(bytes), b(bytes);
@@ -216,6 +263,20 @@ void time_llama8b(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
       const double pdl_us = time_us(stream, 3, 20, [&] {
         CUDA_OK(cuda::gemm_mma_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream, true));
       });
+      // The same back to back in each variant of gemm_mma (gemm.h), m = 1 and 5.
+      nlohmann::json variants_us = nlohmann::json::object();
+      if (m == 1 || m == 5) {
+        const int before = cuda::gemm_mma_variant();
+        for (int variant = 0; variant <= 3; ++variant) {
+          cuda::set_gemm_mma_variant(variant);
+          const double us = time_us(stream, 3, 20, [&] {
+            CUDA_OK(cuda::gemm_mma_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream, true));
+          });
+          variants_us[std::to_string(variant)] = us;
+          step_us["mma_pdl_v" + std::to_string(variant) + "_bf16@m" + std::to_string(m)] += us * mat.per_token;
+        }
+        cuda::set_gemm_mma_variant(before);
+      }
       const std::string at = "@m" + std::to_string(m);
       step_us["lt_bf16" + at] += lt_us * mat.per_token;
       step_us["rows_bf16" + at] += rows_us * mat.per_token;
@@ -226,7 +287,8 @@ void time_llama8b(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
                      {"lt_bf16_us", lt_us}, {"lt_bf16_x_floor", lt_us / floor_us},
                      {"rows_bf16_us", rows_us}, {"rows_bf16_x_floor", rows_us / floor_us},
                      {"mma_bf16_us", mma_us}, {"mma_bf16_x_floor", mma_us / floor_us},
-                     {"mma_pdl_bf16_us", pdl_us}, {"mma_pdl_bf16_x_floor", pdl_us / floor_us}});
+                     {"mma_pdl_bf16_us", pdl_us}, {"mma_pdl_bf16_x_floor", pdl_us / floor_us},
+                     {"mma_pdl_variant_us", variants_us}});
     }
   }
   nlohmann::json step = {{"name", "gemm llama3-8b one decode step (32 layers + lm_head)"},
@@ -243,6 +305,7 @@ void check_gemm(Report& report, cudaStream_t stream, const Options& options) {
   std::unique_ptr<cublasLtContext, decltype(&cublasLtDestroy)> guard(lt, cublasLtDestroy);
   check_accuracy_and_invariance(report, lt, stream);
   check_silu_epilogue(report, stream);
+  check_mma_variants(report, stream);
   if (options.timing) time_llama8b(report, lt, stream);
 }
 

@@ -65,19 +65,7 @@ if "error" in r:
 PY
   done
 fi
-read_gbps="$(python3 - <<'PY'
-import torch
-x = torch.ones(2**30, dtype=torch.float32, device="cuda")  # 4 GiB
-for _ in range(3): x.sum()
-ts = []
-for _ in range(10):
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record(); x.sum(); b.record(); b.synchronize()
-    ts.append(a.elapsed_time(b))
-ts.sort()
-print(f"{x.numel() * 4 / (ts[len(ts) // 2] / 1e3) / 1e9:.1f}")
-PY
-)"
+read_gbps="$(python3 "$(dirname "$0")/read_bandwidth.py")"
 echo "read-only bandwidth (torch sum over 4 GiB, median of 10): $read_gbps GB/s"
 printf '%-12s %8s %5s %10s %11s %8s %7s\n' shape context split decode_us floor_rd_us vs_floor win5
 for shape in ${SHAPES:-llama3.1-8b qwen3-0.6b}; do
@@ -89,22 +77,8 @@ for shape in ${SHAPES:-llama3.1-8b qwen3-0.6b}; do
         >"$json" 2>"${json%.json}.stderr"
       rc=$?
       [[ $rc -eq 0 ]] || status=1
-      python3 - "$json" "$shape" "$context" "$split" "$rc" "$read_gbps" <<'PY' || echo "$shape $context $split: exit $rc, no report"
-import json, sys
-r = json.load(open(sys.argv[1]))
-if "error" in r:
-    print(f"{sys.argv[2]:12s} {sys.argv[3]:>8s} error: {r['error']}")
-    sys.exit(0)
-g = r["graphs"]
-w5 = next(w["relative"] for w in g["windows"] if w["n"] == 5)
-floor = (r["matrix_bytes_per_step"] + r["kv_bytes_read_per_step"]) / (float(sys.argv[6]) * 1e9) * 1e6
-r["read_only_GBps"] = float(sys.argv[6])
-r["floor_with_kv_read_only_us"] = floor
-json.dump(r, open(sys.argv[1], "w"), indent=1)
-same = all(x["bitwise_identical"] for x in r["graph_vs_eager"])
-print(f"{sys.argv[2]:12s} {sys.argv[3]:>8s} {sys.argv[4]:>5s} {g['decode_us']:10.1f} {floor:11.1f} "
-      f"{g['decode_us'] / floor:8.3f} {w5:7.3f} graph==eager {same} exit {sys.argv[5]}")
-PY
+      python3 "$(dirname "$0")/synthetic_line.py" "$json" "$read_gbps" "$rc" "$shape" "$context" "$split" ||
+        echo "$shape $context $split: exit $rc, no report"
     done
   done
 done
