@@ -60,16 +60,21 @@ int run_client(const ClientOptions& o) {
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::rcvtimeo, o.timeout_ms);
+  // libzmq drops a DEALER's pipe for good after a refused handshake: a send after that
+  // would wait for ever, so it is bounded like the reply.
+  socket.set(zmq::sockopt::sndtimeo, o.timeout_ms);
   server::apply_client_curve(socket, o.curve);
   socket.connect(o.endpoint);
-  socket.send(zmq::buffer(build_request(o).dump()), zmq::send_flags::none);
+  const std::string hint =
+      o.curve.enabled() ? "a CURVE server that does not allow this client's key, or has another server key, "
+                          "never answers"
+                        : "a CURVE server never answers a client without --curve-server-key/--curve-secret-key";
+  if (!socket.send(zmq::buffer(build_request(o).dump()), zmq::send_flags::none))
+    fail(ErrorCode::io, "could not send to {} within {} ms: no connection ({})", o.endpoint, o.timeout_ms, hint);
   for (;;) {
     zmq::message_t msg;
     if (!socket.recv(msg))
-      fail(ErrorCode::io, "no reply from {} within {} ms (is it serving? {})", o.endpoint, o.timeout_ms,
-           o.curve.enabled() ? "a CURVE server that does not allow this client's key, or has another server key, "
-                               "never answers"
-                             : "a CURVE server never answers a client without --curve-server-key/--curve-secret-key");
+      fail(ErrorCode::io, "no reply from {} within {} ms (is it serving? {})", o.endpoint, o.timeout_ms, hint);
     const auto reply = nlohmann::json::parse(msg.to_string());
     const std::string type = reply.value("type", "");
     if (o.json_out) std::printf("%s\n", reply.dump().c_str());

@@ -107,15 +107,21 @@ struct Endpoint::Impl {
     wake();
   }
 
-  /// Sends one reply; false if the peer is gone.
-  bool send(const std::string& peer, bool delimiter, const std::string& payload) {
+  /// What became of one send: on the wire (queued in the peer's pipe), the peer's pipe at
+  /// its high-water mark (a slow reader: try again later), or no such peer any more.
+  enum class Sent { ok, full, gone };
+
+  Sent send(const std::string& peer, bool delimiter, const std::string& payload) {
     try {
-      socket.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      // With router_mandatory the first frame is where a full pipe or a vanished peer
+      // shows (EAGAIN / EHOSTUNREACH); the frames after it of one message always go.
+      if (!socket.send(zmq::buffer(peer), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return Sent::full;
       if (delimiter) socket.send(zmq::message_t{}, zmq::send_flags::sndmore | zmq::send_flags::dontwait);
       socket.send(zmq::buffer(payload), zmq::send_flags::dontwait);
-      return true;
+      return Sent::ok;
     } catch (const zmq::error_t& e) {
-      if (e.num() == EHOSTUNREACH || e.num() == EAGAIN) return false;
+      if (e.num() == EHOSTUNREACH) return Sent::gone;
+      if (e.num() == EAGAIN) return Sent::full;
       throw;
     }
   }
@@ -129,6 +135,47 @@ struct Endpoint::Impl {
       }
   }
 
+  /// Replies a connected peer could not take yet, per peer, in order. A full pipe is a slow
+  /// reader, not a lost one. Before this, cppzmq's EAGAIN (an empty result, not an
+  /// exception) went unseen: the payload frame then left alone, the ROUTER took it for an
+  /// address and discarded it, and a live client waited for a reply that never came. What
+  /// a peer cannot take waits here until it can, or until ZeroMQ drops the connection
+  /// (heartbeat timeout, close): then the send says `gone`. Bounded by the requests in
+  /// flight and their max_tokens.
+  std::map<std::string, std::deque<Outgoing>> backlog;
+
+  /// Sends `o` after what already waits for its peer; `o.final` ends the request's
+  /// bookkeeping only once the final has left (its per-client share is held until then).
+  void deliver(Outgoing o) {
+    auto waiting = backlog.find(o.peer);
+    if (waiting != backlog.end()) {
+      waiting->second.push_back(std::move(o));
+      return;
+    }
+    switch (send(o.peer, o.delimiter, o.payload)) {
+      case Sent::ok: break;
+      case Sent::full: backlog[o.peer].push_back(std::move(o)); return;
+      case Sent::gone: peer_gone(o.peer); break;
+    }
+    if (o.final) finished(o.peer, o.request);
+  }
+
+  /// Another try for every peer with a backlog, oldest reply first.
+  void retry_backlog() {
+    for (auto it = backlog.begin(); it != backlog.end();) {
+      std::deque<Outgoing>& queue = it->second;
+      while (!queue.empty()) {
+        Outgoing& o = queue.front();
+        const Sent sent = send(o.peer, o.delimiter, o.payload);
+        if (sent == Sent::full) break;
+        if (sent == Sent::gone) peer_gone(o.peer);
+        if (o.final) finished(o.peer, o.request);
+        queue.pop_front();
+      }
+      it = queue.empty() ? backlog.erase(it) : std::next(it);
+    }
+  }
+
   void flush_outbox() {
     uint64_t counter;
     [[maybe_unused]] ssize_t n = ::read(wake_fd, &counter, sizeof counter);
@@ -137,10 +184,8 @@ struct Endpoint::Impl {
       std::lock_guard lock(mutex);
       batch.swap(outbox);
     }
-    for (Outgoing& o : batch) {
-      if (!send(o.peer, o.delimiter, o.payload)) peer_gone(o.peer);
-      if (o.final) finished(o.peer, o.request);
-    }
+    retry_backlog();
+    for (Outgoing& o : batch) deliver(std::move(o));
   }
 
   void finished(const std::string& peer, const std::string& request) {
@@ -168,7 +213,7 @@ struct Endpoint::Impl {
   }
 
   void reply(const std::string& peer, bool delimiter, const std::string& payload) {
-    if (!send(peer, delimiter, payload)) peer_gone(peer);
+    deliver({peer, delimiter, std::string(), payload, false});
   }
 
   void handle(const std::string& peer, const std::string& client, bool delimiter, std::string_view bytes) {
@@ -285,7 +330,8 @@ void Endpoint::run() {
                                {m.handshakes.socket().handle(), 0, ZMQ_POLLIN, 0},
                                {m.zap ? m.zap->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, m.zap ? 4 : 3, std::chrono::milliseconds(deadline ? 20 : 1000));
+      // A backlog (a slow reader) is retried every few milliseconds: ROUTER has no per-peer POLLOUT.
+      zmq::poll(items, m.zap ? 4 : 3, std::chrono::milliseconds(deadline ? 20 : m.backlog.empty() ? 1000 : 5));
       if (items[3].revents & ZMQ_POLLIN) m.zap->handle();
       if (items[2].revents & ZMQ_POLLIN) m.handshakes.handle();
       if (items[0].revents & ZMQ_POLLIN) m.receive();

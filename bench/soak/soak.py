@@ -23,7 +23,9 @@ After the load, `stats.security` must count at least those refusals and exactly 
 `client_limit` replies the clients received.
 Prints one JSON report (and writes it to --report)."""
 import argparse
+import faulthandler
 import http.client
+import itertools
 import json
 import os
 import random
@@ -34,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -48,6 +51,13 @@ PROMPTS = [
 ]
 MAX_TOKENS = 24      # solo runs; load requests ask for 4..MAX_TOKENS
 SEEDS = [1, 2]       # sampled requests (temperature 0.8, top_k 16) compared with solo runs
+SEND_TIMEOUT_MS = 60000  # a send that cannot leave in this time is a failure, not a hang
+MONITOR_IDS = itertools.count()
+DROP_EVENTS = (zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+               | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+DROP_NAMES = {zmq.EVENT_DISCONNECTED: "disconnected", zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake failed",
+              zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "handshake protocol error",
+              zmq.EVENT_HANDSHAKE_FAILED_AUTH: "handshake refused"}
 
 
 def free_port():
@@ -109,12 +119,24 @@ class Conn:
         self.ctx, self.endpoint, self.curve = ctx, endpoint, curve
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        # A DEALER whose connection ZeroMQ gave up on (after a handshake error it does not
+        # reconnect) has no pipe: a send would block for ever. Bounded, it raises zmq.Again,
+        # which the client loop reports as a failure.
+        self.sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
         if curve:
             self.sock.curve_serverkey = curve[0]
             self.sock.curve_secretkey = curve[1]
             self.sock.curve_publickey = zmq.curve_public(curve[1])
-        # A monitor (before connect: it must see the handshake) for the intruder checks.
-        self.monitor = self.sock.get_monitor_socket() if monitor else None
+        # A monitor (before connect: it must see the handshake) for the intruder checks;
+        # other connections watch only for losing their connection (`drops`), which a
+        # DEALER survives by reconnecting without a word while replies sent to the old
+        # connection are gone: a reply that never comes is then explained.
+        # Each under a name of its own (pyzmq's default names one by the socket's fd, which
+        # a new socket may reuse before the old name is released).
+        addr = f"inproc://soak.monitor.{next(MONITOR_IDS)}"
+        self.monitor = self.sock.get_monitor_socket(addr=addr) if monitor else None
+        self.watch = None if monitor else self.sock.get_monitor_socket(DROP_EVENTS, addr=addr)
+        self.drops = []
         self.sock.connect(endpoint)
 
     def again(self):
@@ -122,13 +144,25 @@ class Conn:
         return Conn(self.ctx, self.endpoint, self.curve)
 
     def close(self):
-        if self.monitor is not None:
-            self.sock.disable_monitor()
-            self.monitor.close(0)
-            self.monitor = None
+        for name in ("monitor", "watch"):
+            if getattr(self, name) is not None:
+                self.sock.disable_monitor()
+                getattr(self, name).close(0)
+                setattr(self, name, None)
         self.sock.close(0)
 
+    def note_drops(self):
+        while self.watch is not None and self.watch.poll(0):
+            event = recv_monitor_message(self.watch)
+            self.drops.append((round(time.time(), 1), DROP_NAMES.get(event["event"], event["event"])))
+
+    def why(self):
+        """What ZeroMQ said about this connection: for a failure's message."""
+        self.note_drops()
+        return f" (connection events: {self.drops[-5:]})" if self.drops else " (the connection never dropped)"
+
     def recv(self, timeout_ms):
+        self.note_drops()  # read as they come: a monitor's queue is bounded
         if not self.sock.poll(timeout_ms):
             return None
         return json.loads(self.sock.recv())
@@ -278,7 +312,7 @@ logging: {{level: info}}
         while True:
             r = conn.recv(600000)
             if r is None:
-                self.fail.add(f"{rid}: no reply within 600 s")
+                self.fail.add(f"{rid}: no reply within 600 s{conn.why()}")
                 return conn
             if cancel_id and r.get("id") == cancel_id:
                 if cancel_reply is not None:
@@ -353,7 +387,7 @@ logging: {{level: info}}
         r = conn.recv(120000)
         if r is None:
             if expect is not None:
-                self.fail.add(f"malformed {kind}: no reply")
+                self.fail.add(f"malformed {kind}: no reply{conn.why()}")
             return conn
         if expect and (r.get("type") != "error" or r.get("code") != expect):
             self.fail.add(f"malformed {kind}: expected error {expect}, got {r}")
@@ -370,8 +404,16 @@ logging: {{level: info}}
         curve = None if kind == "plain" else (self.curve_keys[0][0], zmq.curve_keypair()[1])
         conn = Conn(self.ctx, self.endpoint, curve, monitor=True)
         try:
-            conn.sock.send(json.dumps({"v": 1, "id": self.next_id("intruder"), "type": "health"}).encode())
-            self.counts.inc(f"intruder_{kind}_sent")
+            # Not a blocking send: libzmq does not reconnect after a refused handshake, and
+            # drops the DEALER's pipe; a refusal that came before the send (this thread
+            # slow between connect and send) left a plain send waiting for ever. That was
+            # the 1-hour CURVE soak's hung client. Here it means: refused before sending.
+            try:
+                conn.sock.send(json.dumps({"v": 1, "id": self.next_id("intruder"), "type": "health"}).encode(),
+                               zmq.DONTWAIT)
+                self.counts.inc(f"intruder_{kind}_sent")
+            except zmq.Again:
+                self.counts.inc(f"intruder_{kind}_refused_before_send")
             deadline = time.time() + 60
             while time.time() < deadline:
                 if conn.sock.poll(0):
@@ -409,7 +451,7 @@ logging: {{level: info}}
         while sent:
             r = conn.recv(600000)
             if r is None:
-                self.fail.add(f"burst: {len(sent)} requests not answered within 600 s")
+                self.fail.add(f"burst: {len(sent)} requests not answered within 600 s{conn.why()}")
                 return
             rid = r.get("id")
             if rid not in sent:
@@ -534,12 +576,12 @@ logging: {{level: info}}
                     conn.sock.send(json.dumps({"v": 1, "id": rid, "type": rng.choice(["stats", "health"])}).encode())
                     r = conn.recv(60000)
                     if not r or r.get("id") != rid:
-                        self.fail.add(f"{rid}: stats/health not answered: {r}")
+                        self.fail.add(f"{rid}: stats/health not answered: {r}{conn.why()}")
                     self.counts.inc("control")
                 else:
                     conn = self.zmq_generate(conn, rng, mode)
             except Exception as e:  # a client's own failure is a soak failure, named
-                self.fail.add(f"client {index} ({mode}): {type(e).__name__}: {e}")
+                self.fail.add(f"client {index} ({mode}): {type(e).__name__}: {e}{conn.why()}")
                 conn.close()
                 conn = conn.again()
         conn.close()
@@ -568,15 +610,22 @@ logging: {{level: info}}
         idle_rss, idle_fds = proc_stats(pid)
         samples = []
         self.stop_at = time.time() + a.seconds
-        threads = [threading.Thread(target=self.client, args=(k,), daemon=True) for k in range(a.clients)]
+        threads = [threading.Thread(target=self.client, args=(k,), name=f"client-{k}", daemon=True) for k in range(a.clients)]
         for t in threads:
             t.start()
         while any(t.is_alive() for t in threads):
             time.sleep(min(a.sample_s, max(0.5, self.stop_at - time.time())))
             if time.time() < self.stop_at + 1:
                 samples.append((round(time.time() - self.stop_at + a.seconds, 1),) + proc_stats(pid))
+        hang_deadline = time.time() + 900
         for t in threads:
-            t.join(900)
+            t.join(max(0.0, hang_deadline - time.time()))
+        hung = [t for t in threads if t.is_alive()]
+        if hung:  # a client outlived every bounded wait: name where it is (its stack)
+            frames = sys._current_frames()
+            for t in hung:
+                stack = "".join(traceback.format_stack(frames.get(t.ident))) if t.ident in frames else "?"
+                self.fail.add(f"{t.name} still running 900 s after the load ended:\n{stack}")
         # Quiet: every request (disconnected ones included) must leave the engine.
         drained = None
         for _ in range(600):
@@ -641,7 +690,8 @@ logging: {{level: info}}
         if rc != 0:
             self.fail.add(f"the server exited {rc} after SIGTERM")
         self.control.close()
-        self.ctx.term()
+        if not hung:  # term() waits for every socket: a hung client's would block it
+            self.ctx.term()
         report = {
             "seconds": a.seconds, "clients": a.clients, "wall_s": round(time.time() - t0, 1),
             "counts": dict(sorted(self.counts.c.items())),
@@ -663,6 +713,8 @@ logging: {{level: info}}
 
 
 def main():
+    # `kill -USR1 <soak.py pid>` prints every thread's Python stack (a hang explains itself).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--specpipe", required=True)
     p.add_argument("--faulty-plugin", required=True, help="path of libspecpipe_faulty_plugin.so")

@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
   zmq::context_t context(1);
   zmq::socket_t socket(context, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
+  // Bounded waits, sends included: libzmq does not retry a refused handshake (an unknown
+  // CURVE key), and a send on the connection it gave up on would block for ever.
+  socket.set(zmq::sockopt::sndtimeo, 120000);
   socket.set(zmq::sockopt::rcvtimeo, 120000);
   if (argc > 5) {
     // libzmq checks the keys it is given (40 Z85 characters) and throws for a bad one.
@@ -50,7 +53,10 @@ int main(int argc, char** argv) {
 
   const nlohmann::json request = {{"v", 1},          {"id", "cpp-1"},          {"type", "generate"},
                                   {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true}};
-  socket.send(zmq::buffer(request.dump()), zmq::send_flags::none);
+  if (!socket.send(zmq::buffer(request.dump()), zmq::send_flags::none)) {
+    std::fprintf(stderr, "could not send to %s: no connection\n", endpoint.c_str());
+    return 1;
+  }
 
   for (;;) {
     zmq::message_t message;

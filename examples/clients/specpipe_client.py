@@ -62,6 +62,9 @@ class SpecpipeClient:
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        # A send waits for a connection; one ZeroMQ gave up on (a refused CURVE handshake is
+        # not retried) would make it wait for ever: bounded like a reply.
+        self._socket.setsockopt(zmq.SNDTIMEO, timeout_ms)
         if server_key or secret_key:
             if not (server_key and secret_key):
                 raise ValueError("CURVE needs both the server's public key and this client's secret key")
@@ -84,7 +87,10 @@ class SpecpipeClient:
     def _request(self, message):
         message.setdefault("v", 1)
         message["id"] = f"py-{next(self._ids)}"
-        self._socket.send_string(json.dumps(message))
+        try:
+            self._socket.send_string(json.dumps(message))
+        except zmq.Again:
+            raise TimeoutError(f"could not send {message['id']}: no connection to the server") from None
         return message["id"]
 
     def _replies(self, request_id):
