@@ -1,7 +1,8 @@
 // The ZeroMQ endpoint over real sockets on loopback: streaming equals generation through
 // the engine, many concurrent clients, every malformed input answered with its error
-// code while the server keeps serving, back-pressure, cancel / disconnect freeing KV,
-// and a clean shutdown that still delivers final messages.
+// code while the server keeps serving, requests beyond the KV store or the positions
+// refused naming the sizes, back-pressure (a slow reader loses no reply), cancel /
+// disconnect freeing KV, and a clean shutdown that still delivers final messages.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -128,6 +129,27 @@ TEST_F(EndpointTest, MalformedInputsGetTheirErrorCodeAndTheServerKeepsServing) {
   }
 }
 
+// Issue 21 item 4: a request the KV store or the model's positions cannot hold is refused
+// at admission, before any block is taken, with the sizes named; the pool stays as it was.
+TEST_F(EndpointTest, RequestsBeyondTheKvStoreOrThePositionsAreRefusedNamingTheSizes) {
+  test::LoopbackServer server(server_config());
+  test::Client client(context, server.address());
+  const json before = kv_of(client);
+  client.send(test::generate_request("beyond_kv", {{"prompt", "a"}, {"max_tokens", 40000}}));
+  const json kv = client.wait_for("beyond_kv").last;
+  EXPECT_EQ(kv["code"], "out_of_capacity");
+  const std::string kv_message = kv["message"];
+  EXPECT_NE(kv_message.find("40000 new tokens"), std::string::npos) << kv_message;
+  EXPECT_NE(kv_message.find("KV blocks, the store has"), std::string::npos) << kv_message;
+  client.send(test::generate_request("pos", {{"prompt_ids", std::vector<int32_t>(9000, 100)}, {"max_tokens", 1}}));
+  const json pos = client.wait_for("pos").last;
+  EXPECT_EQ(pos["code"], "out_of_capacity");
+  const std::string pos_message = pos["message"];
+  EXPECT_NE(pos_message.find("prompt of 9000 tokens does not fit the model's"), std::string::npos) << pos_message;
+  EXPECT_NE(pos_message.find("positions"), std::string::npos) << pos_message;
+  EXPECT_EQ(kv_of(client), before);
+}
+
 TEST_F(EndpointTest, DuplicateIdInFlightIsRefused) {
   test::LoopbackServer server(server_config());
   test::Client client(context, server.address());
@@ -176,6 +198,38 @@ TEST_F(EndpointTest, ClientDisconnectMidStreamFreesItsKv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_EQ(now, before);
+}
+
+// A client that sends faster than it reads fills the server's pipe to it (the ROUTER's
+// high-water mark, 1,000 messages): what does not fit must wait for it, not vanish. The
+// endpoint once read that EAGAIN as "peer gone", and cppzmq reports it without throwing,
+// so the reply's payload frame went out alone, taken by the ROUTER as an address, and the
+// reply was dropped without a word: the client waited for it for ever.
+TEST_F(EndpointTest, AReaderSlowerThanItsRepliesStillGetsEveryOne) {
+  test::LoopbackServer server(server_config());
+  zmq::socket_t slow(context, zmq::socket_type::dealer);
+  slow.set(zmq::sockopt::linger, 0);
+  slow.set(zmq::sockopt::rcvhwm, 1);       // its own queue takes one message,
+  slow.set(zmq::sockopt::rcvbuf, 4096);    // its kernel buffer a few
+  slow.connect(server.address());
+  // health is answered by the endpoint itself, quickly: 30,000 replies (about 3.5 MB),
+  // twice what the server's pipe and the loopback socket buffers took here before
+  // replies were lost (the old endpoint delivered the first 14,500).
+  constexpr int kRequests = 30000;
+  for (int i = 0; i < kRequests; ++i)
+    slow.send(zmq::buffer(fmt::format(R"({{"v":1,"id":"h{}","type":"health"}})", i)), zmq::send_flags::none);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server is now at the mark
+  int received = 0;
+  for (;;) {
+    zmq::pollitem_t item{slow.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(received < kRequests ? 10000 : 300)) == 0) break;
+    zmq::message_t msg;
+    ASSERT_TRUE(slow.recv(msg));
+    const json reply = json::parse(msg.to_string());
+    ASSERT_EQ(reply["id"], fmt::format("h{}", received)) << "replies out of order or lost";
+    ++received;
+  }
+  EXPECT_EQ(received, kRequests);
 }
 
 TEST_F(EndpointTest, FullServerAnswersOverloaded) {
