@@ -109,9 +109,10 @@ cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w
 /// kernel before): the last wave of a grid of several waves lets the next kernel launch
 /// as it starts, so the next GEMM's first loads fill the SMs this grid's tail frees.
 /// Bit 32: 6-step buffers at three blocks an SM for one-wave grids that deep buffers do
-/// not take (qkv of an 8B shape). 0: one block per tile (the first kernel). Bit 4 is
-/// unused (an L2 prefetch of one-wave grids' rows, slower: kernels/cuda/README.md).
-/// SPECPIPE_GEMM_MMA_VARIANT (0..63, read on first use) overrides the default.
+/// not take (qkv of an 8B shape). Bit 4 (launches that overlap the kernel before): a
+/// one-wave grid lets the next kernel launch as it starts. 0: one block per tile (the
+/// first kernel). SPECPIPE_GEMM_MMA_VARIANT (0..63, read on first use) overrides the
+/// default.
 constexpr int kDefaultMmaVariant = 0;
 int gemm_mma_variant();
 /// For checks and A/B timings: the variant every later launch takes.

@@ -31,13 +31,13 @@ int gemm_mma_variant() {
   int v = mma_variant.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("SPECPIPE_GEMM_MMA_VARIANT");
-    v = e != nullptr && *e != '\0' ? std::atoi(e) & 59 : kDefaultMmaVariant;
+    v = e != nullptr && *e != '\0' ? std::atoi(e) & 63 : kDefaultMmaVariant;
     mma_variant.store(v, std::memory_order_relaxed);
   }
   return v;
 }
 
-void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 59, std::memory_order_relaxed); }
+void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 63, std::memory_order_relaxed); }
 
 namespace {
 
@@ -263,6 +263,7 @@ cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const
   uint32_t trigger_from = static_cast<uint32_t>(blocks);  // none: after the main loop only
   if ((variant & 8) && overlap_previous && resident > 0 && blocks > resident)
     trigger_from = static_cast<uint32_t>(blocks - resident);
+  if ((variant & 4) && overlap_previous && resident > 0 && blocks <= resident) trigger_from = 0;
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
                                   ldx, w, n, k, y, yb, ldy, m, trigger_from);
