@@ -102,18 +102,15 @@ cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w
 /// warp's k steps are summed in ascending order and the warps in warp order in each).
 /// Bit 1: deeper register buffers (8 steps, not 4, per warp and buffer) where the grid
 /// leaves at most two blocks an SM (o_proj and down_proj of an 8B shape at m <= 8).
-/// Bit 2 (up to 16 rows): persistent blocks where the grid needs more than one wave (gate_up, lm_head):
-/// each block takes an equal share of the 16-feature tiles, the next tile's weights
-/// loading during a tile's cross-warp sum and store; with bit 16, only for grids of up to
-/// four waves (lm_head keeps one block per tile). Bit 8 (launches that overlap the
-/// kernel before): the last wave of a grid of several waves lets the next kernel launch
-/// as it starts, so the next GEMM's first loads fill the SMs this grid's tail frees.
-/// Bit 32: 6-step buffers at three blocks an SM for one-wave grids that deep buffers do
-/// not take (qkv of an 8B shape). Bit 4 (launches that overlap the kernel before): a
-/// one-wave grid lets the next kernel launch as it starts. 0: one block per tile (the
-/// first kernel). SPECPIPE_GEMM_MMA_VARIANT (0..63, read on first use) overrides the
-/// default.
-constexpr int kDefaultMmaVariant = 0;
+/// Bit 2 (up to 16 rows): persistent blocks where the grid needs more than one wave
+/// (gate_up, lm_head): each block takes an equal share of the 16-feature tiles, the next
+/// tile's weights loading during a tile's cross-warp sum and store.
+/// Bit 4 (launches that overlap the kernel before): a one-wave grid lets the next kernel
+/// launch as it starts (faster for the 0.6B shape, slower for the 8B one: off).
+/// 0: one block per tile, 4-step buffers (the first kernel). The default, 3, won the
+/// A/B of kernels/cuda/README.md ("Tenth session"); SPECPIPE_GEMM_MMA_VARIANT (0..7, read
+/// on first use) overrides it.
+constexpr int kDefaultMmaVariant = 3;
 int gemm_mma_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_gemm_mma_variant(int variant);

@@ -31,13 +31,13 @@ int gemm_mma_variant() {
   int v = mma_variant.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("SPECPIPE_GEMM_MMA_VARIANT");
-    v = e != nullptr && *e != '\0' ? std::atoi(e) & 63 : kDefaultMmaVariant;
+    v = e != nullptr && *e != '\0' ? std::atoi(e) & 7 : kDefaultMmaVariant;
     mma_variant.store(v, std::memory_order_relaxed);
   }
   return v;
 }
 
-void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 63, std::memory_order_relaxed); }
+void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 7, std::memory_order_relaxed); }
 
 namespace {
 
@@ -79,18 +79,16 @@ __device__ inline void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2,
 /// next tile's loads are in flight during a tile's cross-warp sum and store (no block
 /// start, no drained pipeline per tile). Neither changes a sum: a warp's steps are summed
 /// in ascending order and the warps in warp order in every variant.
-/// Blocks an SM the register budget must allow: 3 for the 6-step buffers (their point is
-/// a third block an SM where 8 steps fit only two), 4 for persistent blocks of one row
-/// tile (as many as the plain kernel holds), else no bound.
-constexpr int min_blocks(int tiles, int depth, bool persistent) {
-  return depth == 6 ? 3 : persistent && tiles == 1 ? 4 : 1;
-}
+/// Blocks an SM the register budget must allow: 4 for persistent blocks of one row tile
+/// (as many as the plain kernel holds; at 134 registers they had 3 and lost to it),
+/// else no bound.
+constexpr int min_blocks(int tiles, bool persistent) { return persistent && tiles == 1 ? 4 : 1; }
 
 template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
-__global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kDepth, kPersistent)) gemm_mma_kernel(const uint16_t* __restrict__ x, int64_t ldx,
+__global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent)) gemm_mma_kernel(const uint16_t* __restrict__ x, int64_t ldx,
                                                                const uint16_t* __restrict__ w, int64_t n, int64_t k,
                                                                float* __restrict__ y, uint16_t* __restrict__ yb,
-                                                               int64_t ldy, int32_t m, uint32_t trigger_from) {
+                                                               int64_t ldy, int32_t m, bool early_launch) {
   __shared__ float partial[kWarps - 1][kTiles][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t steps = k / kStep;
@@ -222,10 +220,9 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kDepth, kPersi
   // for it (under programmatic dependent launch, while it still runs).
   load_weights(0, 0);
   if (total > 1) load_weights(1, 1);
-  // trigger_from: blocks from this index on (the last wave of a grid of several) let the
-  // next kernel launch as they start, so its blocks take the SMs this grid's tail frees
-  // and issue their own first weight loads there.
-  if (blockIdx.x >= trigger_from) detail::allow_dependent_launch();
+  // early_launch (a one-wave grid): the next kernel may launch now; its blocks wait,
+  // resident, for this grid to finish.
+  if (early_launch) detail::allow_dependent_launch();
   detail::wait_for_prerequisite_grid();
   for (int32_t gi = 0; gi < total; gi += 2) {
     step(0, gi);
@@ -260,13 +257,10 @@ cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const
                            float* y, uint16_t* yb, int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
   const int variant = gemm_mma_variant();
   const int64_t resident = resident_blocks<kTiles, kSiluGate, kDepth, kPersistent>();
-  uint32_t trigger_from = static_cast<uint32_t>(blocks);  // none: after the main loop only
-  if ((variant & 8) && overlap_previous && resident > 0 && blocks > resident)
-    trigger_from = static_cast<uint32_t>(blocks - resident);
-  if ((variant & 4) && overlap_previous && resident > 0 && blocks <= resident) trigger_from = 0;
+  const bool early_launch = (variant & 4) && overlap_previous && resident > 0 && blocks <= resident;
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
-                                  ldx, w, n, k, y, yb, ldy, m, trigger_from);
+                                  ldx, w, n, k, y, yb, ldy, m, early_launch);
 }
 
 /// One pass over W for up to kMaxMmaRows rows, in the variant gemm_mma_variant() allows:
@@ -283,8 +277,7 @@ cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n,
   if constexpr (kTiles <= 2) {
     if (variant & 2) {
       const int64_t resident = resident_blocks<kTiles, kSiluGate, kUnroll, true>();
-      // Bit 16: only up to 4 waves (over more, the plain grid's tail is a small part).
-      if (resident > 0 && tiles > resident && (!(variant & 16) || tiles <= 4 * resident)) {
+      if (resident > 0 && tiles > resident) {
         const int64_t per_block = (tiles + resident - 1) / resident;  // equal shares: no tail
         return launch_variant<kTiles, kSiluGate, kUnroll, true>((tiles + per_block - 1) / per_block, x, ldx, w, n, k,
                                                                 y, yb, ldy, m, stream, overlap_previous);
@@ -298,15 +291,6 @@ cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n,
       if (resident > 0 && plain > 0 && tiles <= resident && 2 * tiles <= plain)
         return launch_variant<kTiles, kSiluGate, 2 * kUnroll, false>(tiles, x, ldx, w, n, k, y, yb, ldy, m, stream,
                                                                      overlap_previous);
-    }
-    // Bit 32: 6-step buffers, three blocks an SM, for a grid of one wave at three blocks
-    // an SM that deep buffers do not take (qkv of an 8B shape: 384 tiles).
-    if (variant & 32) {
-      const int64_t resident = resident_blocks<kTiles, kSiluGate, 6, false>();
-      const int64_t plain = resident_blocks<kTiles, kSiluGate, kUnroll, false>();
-      if (resident > 0 && plain > 0 && tiles <= resident && 4 * tiles <= 3 * plain)
-        return launch_variant<kTiles, kSiluGate, 6, false>(tiles, x, ldx, w, n, k, y, yb, ldy, m, stream,
-                                                           overlap_previous);
     }
   }
   return launch_variant<kTiles, kSiluGate, kUnroll, false>(tiles, x, ldx, w, n, k, y, yb, ldy, m, stream,

@@ -176,7 +176,7 @@ void check_silu_epilogue(Report& report, cudaStream_t stream) {
                      fmt::format("{} outputs compared", got_all.size()));
 }
 
-/// The gemm_mma variants (gemm.h: deep buffers, persistent blocks, 6-step buffers, early
+/// Every gemm_mma variant (gemm.h: deep buffers, persistent blocks, the early
 /// launch of the next kernel) == the plain kernel
 /// bit for bit, on shapes that take each: 256 tiles (deep at m <= 8), a ragged last tile,
 /// more tiles than an H100 holds at once (persistent) with an odd number of iterations a
@@ -211,7 +211,7 @@ void check_mma_variants(Report& report, cudaStream_t stream) {
       return bits;
     };
     const auto plain = outputs(0);
-    for (int variant : {1, 2, 3, 4, 7, 8, 11, 16, 19, 32, 35, 51, 63}) {
+    for (int variant = 1; variant <= 7; ++variant) {
       const auto got = outputs(variant);
       int64_t differ = 0;
       for (size_t i = 0; i < got.size(); ++i) differ += got[i] != plain[i];
@@ -268,7 +268,7 @@ void time_llama8b(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
       nlohmann::json variants_us = nlohmann::json::object();
       if (m == 1 || m == 5) {
         const int before = cuda::gemm_mma_variant();
-        for (int variant : {0, 1, 3, 35}) {
+        for (int variant = 0; variant <= 3; ++variant) {
           cuda::set_gemm_mma_variant(variant);
           const double us = time_us(stream, 3, 20, [&] {
             CUDA_OK(cuda::gemm_mma_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream, true));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after tools/gpu/bundle.sh (tools
 # specpipe_cuda_check, specpipe_gpu_generate): the gemm_mma variants (kernels/cuda/gemm.h,
-# SPECPIPE_GEMM_MMA_VARIANT: 1 deep buffers, 2 persistent blocks, 3 both, 0 neither)
+# SPECPIPE_GEMM_MMA_VARIANT: 1 deep buffers, 2 persistent blocks, 4 early launch of the
+# next kernel, 0 none; "default" in VARIANTS leaves the variable unset)
 # checked, then the decode step timed in each, alternated within one call.
 #   1. specpipe_cuda_check --groups gemm: every GEMM against the CPU and its batch
 #      invariance, every variant == variant 0 bit for bit, and the Llama-3-8B shapes
@@ -48,7 +49,8 @@ for t in r.get("timings", []):
         print("  step:", ", ".join(f"{k} {x:.3f}" for k, x in t.items() if "x_floor" in k and "pdl" in k))
 PY
   last="${variants##* }"
-  SPECPIPE_GEMM_MMA_VARIANT=$last timeout 150 "$exe" --repeat 1 --no-timing >"$out/demo.json" 2>"$out/demo.stderr"
+  if [[ $last == default ]]; then unset SPECPIPE_GEMM_MMA_VARIANT; else export SPECPIPE_GEMM_MMA_VARIANT=$last; fi
+  timeout 150 "$exe" --repeat 1 --no-timing >"$out/demo.json" 2>"$out/demo.stderr"
   rc=$?
   [[ $rc -eq 0 ]] || status=1
   echo "demo pair, variant $last (golden, graphs == eager, speculative == plain): exit $rc"
@@ -62,7 +64,9 @@ for round in $(seq "${ROUNDS:-2}"); do
     for context in ${CONTEXTS:-512}; do
       for variant in $variants; do
         json="$out/gv_${shape}_${context}_${variant}_${round}.json"
-        SPECPIPE_GEMM_MMA_VARIANT=$variant SPECPIPE_SYNTHETIC_QUICK=1 timeout 120 "$exe" --synthetic "$shape" \
+        # "default": the variable unset (the build's kDefaultMmaVariant).
+        if [[ $variant == default ]]; then unset SPECPIPE_GEMM_MMA_VARIANT; else export SPECPIPE_GEMM_MMA_VARIANT=$variant; fi
+        SPECPIPE_SYNTHETIC_QUICK=1 timeout 120 "$exe" --synthetic "$shape" \
           --context "$context" --prefill-max 0 --iters "${ITERS:-10}" --kv-dtype "${KV_DTYPE:-fp32}" \
           >"$json" 2>"${json%.json}.stderr"
         rc=$?
