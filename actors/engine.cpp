@@ -2,13 +2,17 @@
 
 #include <caf/all.hpp>
 
+#include <utility>
+
 #include "core/error.h"
 
 namespace specpipe::actors {
 
-Engine::Engine(const PipelineConfig& config) : parts_(load_pipeline(config)) {
+Engine::Engine(const PipelineConfig& config) : Engine(load_pipeline(config), config.scheduler.actor_threads) {}
+
+Engine::Engine(PipelineParts parts, int32_t actor_threads) : parts_(std::move(parts)) {
   caf_config_ = std::make_unique<caf::actor_system_config>();
-  caf_config_->set("scheduler.max-threads", static_cast<size_t>(std::max(1, config.scheduler.actor_threads)));
+  caf_config_->set("scheduler.max-threads", static_cast<size_t>(std::max(1, actor_threads)));
   caf_config_->set("logger.verbosity", caf::atom("quiet"));
   system_ = std::make_unique<caf::actor_system>(*caf_config_);
   peers_ = spawn_pipeline(*system_, parts_);

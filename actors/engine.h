@@ -32,6 +32,8 @@ class Engine {
   /// 1 suits the CPU backend (the kernels have their own pool and rounds are sequential;
   /// more threads only poll).
   explicit Engine(const PipelineConfig& config);
+  /// The same over parts already loaded (a test may put a decorated model in them).
+  Engine(PipelineParts parts, int32_t actor_threads);
   ~Engine();  ///< cancels what is running and stops the actors
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

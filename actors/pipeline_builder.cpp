@@ -101,13 +101,6 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     // The device's block summaries read FP32 keys (model/cuda/key_summaries.h).
     if (c.kv.dtype == "bf16")
       fail(ErrorCode::unsupported, "slots.verify_view: partial verification with kv.dtype bf16 is not supported yet");
-    // On a device the host tier cannot copy single layers into the pool yet, and the
-    // fallback run (whole-prefix partial rounds) fed a token id -1 to the draft and the
-    // target on an H200 (specpv_offload_test, 2026-11-26): refused until that is found.
-    if (c.offload.enable && on_device)
-      fail(ErrorCode::unsupported,
-           "slots.verify_view: partial verification with offload.enable runs on the CPU backend only (not yet on {})",
-           c.device);
     // Blocks filled by partial rounds hold K/V computed over a partial view (and, in
     // exact mode, maybe tokens a full round rolls back): they must never be shared.
     if (kv_config.prefix_cache) spdlog::info("slots.verify_view {}: prefix cache off", c.slots.verify_view);

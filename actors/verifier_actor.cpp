@@ -205,9 +205,11 @@ void verify(VerifierState& st, RoundBatch& b) {
       st.window_tokens[i] = it.window();
       // Greedy verdicts need each row's argmax only (a device returns just those).
       st.windows.push_back({it.seq, st.window_tokens[i], LogitsMode::all, -1, it.sampling.temperature == 0.0f});
+      // Owned before its view is prepared: an error there fails this item too (it once
+      // went on without a verdict, its next token -1, into both models' next forwards).
+      owner.push_back(i);
       if (st.retrieval && (it.partial || it.refresh)) prepare_view(st, it, st.windows.back(), i);
       placements.push_back({it.seq, st.deps.kv->length(it.seq), static_cast<int32_t>(st.window_tokens[i].size())});
-      owner.push_back(i);
     }
     if (!st.windows.empty()) {
       st.deps.sink->begin_round(placements);

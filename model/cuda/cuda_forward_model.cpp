@@ -104,7 +104,15 @@ KeySummariser CudaForwardModel::key_summariser() {
 HostTierCopier CudaForwardModel::host_tier_copier() {
   CudaTransformer* model = model_.get();  // as block_copier's
   return {[model](int32_t pool_block, int32_t host_block) { model->queue_host_copy(true, pool_block, host_block); },
-          [model](int32_t host_block, int32_t pool_block) { model->queue_host_copy(false, pool_block, host_block); }};
+          [model](int32_t host_block, int32_t pool_block) { model->queue_host_copy(false, pool_block, host_block); },
+          [model](int32_t layer, int32_t host_block, int32_t pool_block) {
+            model->queue_host_layer_copy(layer, host_block, pool_block);
+          }};
+}
+
+bool CudaForwardModel::land_host_copies(const KvStore& kv) {
+  model_->land_host_copies(kv.host_tier());
+  return true;
 }
 
 HostMemoryAllocator* CudaForwardModel::host_memory_allocator() { return &cuda::pinned_host_allocator(); }

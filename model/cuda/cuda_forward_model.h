@@ -48,6 +48,8 @@ class CudaForwardModel final : public ForwardModel {
   /// model's stream, host-tier K/V streamed through a device ring (device_ring.h).
   HostMemoryAllocator* host_memory_allocator() override;
   HostTierCopier host_tier_copier() override;
+  /// CudaTransformer::land_host_copies: every queued move applied and waited for.
+  bool land_host_copies(const KvStore& kv) override;
   void enable_layer_ring(int32_t slots, bool overlap = true) override { model_->enable_layer_ring(slots, overlap); }
   RingStats ring_stats() const override { return model_->ring_stats(); }
   DType kv_dtype() const override { return model_->kv_dtype(); }

@@ -210,6 +210,15 @@ class CudaTransformer {
   /// stream, behind events; in line with overlap off). The tier is the one of the KvStore
   /// that forward gets (pinned memory: PinnedHostAllocator). Thread-safe; checked at the forward.
   void queue_host_copy(bool to_host, int32_t pool_block, int32_t host_block);
+  /// Queues a copy of layer `layer`'s K and V of host block `host_block` into that layer
+  /// of pool block `pool_block`, in order with the copies above: SpecPV's view copies
+  /// (HostTierCopier::layer_to_pool), ordered after a pending write-back of the host
+  /// block as host-to-pool moves are. Thread-safe; checked where it is applied.
+  void queue_host_layer_copy(int32_t layer, int32_t host_block, int32_t pool_block);
+  /// Applies every queued copy (moves to the host in line: nothing stays pending) and
+  /// waits for them, so the host may read `host`, the tier they name (SpecPV summarises
+  /// host-tier blocks there: ForwardModel::land_host_copies). Thread-safe.
+  void land_host_copies(const HostKvTier* host);
 
   /// Staged rounds (a staging kv_write strategy such as NWOR): while on, forward() keeps
   /// the windows' K/V out of the pool and leaves each layer's rows, in window order, in
@@ -234,8 +243,10 @@ class CudaTransformer {
   /// SpecPV block summaries (model/cuda/key_summaries.h): for every layer l and full pool
   /// block blocks[b], the element-wise max and min of its keys go to kmax / kmin (host
   /// memory, [layers][blocks.size()][kv_dim] floats): computed on the device, only the
-  /// summaries come back. After the queued block copies; waits for the stream. Block ids
-  /// outside the pool: Error(invalid_argument).
+  /// summaries come back. After the queued pool-to-pool copies ahead of any host-tier
+  /// copy (those wait, in order, for the next forward or land_host_copies, which have the
+  /// tier: the blocks summarised are committed, and no queued copy writes one); waits for
+  /// the stream. Block ids outside the pool: Error(invalid_argument).
   void summarise_key_blocks(std::span<const int32_t> blocks, float* kmax, float* kmin);
 
   /// Copies the device pool of `layer` to the host ([slots, kv_heads * head_dim] floats
@@ -273,8 +284,11 @@ class CudaTransformer {
   /// A launched chain still on the device: waits for it and keeps its ids for collect
   /// (the next forward reuses the pinned buffer they come back in). Under stream_mutex.
   void settle_launched_chain();
-  /// Enqueues the queued block copies on the stream (in queue order); copies to or from
-  /// the host tier need `host` (the forward's KvStore's tier; else Error(internal)).
+  /// Enqueues the queued block copies on the stream (in queue order). Copies to or from
+  /// the host tier need `host` (the forward's KvStore's tier): without it only the copies
+  /// ahead of the first host-tier one go, and the rest stay queued, in order (a caller
+  /// without the tier - block summaries, read_pool - must never drop or fail them: the
+  /// kv-router queued them for the next forward).
   void apply_block_copies(const HostKvTier* host);
   /// Offload write-back (kvstore/write_back.h): enqueues layer `layer`'s copies of
   /// `batch` from the pool to `host` on `stream` (a ring job's copy stream, or the model's).

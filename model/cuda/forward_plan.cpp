@@ -72,8 +72,12 @@ void plan_views(std::span<const ForwardWindow> windows, const KvStore& kv, const
     for (size_t wi = 0; wi < nw; ++wi) {
       const ForwardWindow& w = windows[wi];
       const AttentionWindowDesc& all = p.attention.windows[wi];
+      // Without a view: the window's whole table as planned, its host-tier blocks pointing
+      // at their ring blocks (the store's table holds kOnHost there, no block at all).
       const std::span<const int32_t> table =
-          w.view ? std::span<const int32_t>(w.view->pool_blocks[l]) : kv.block_table(w.seq);
+          w.view ? std::span<const int32_t>(w.view->pool_blocks[l])
+                 : std::span<const int32_t>(p.block_tables)
+                       .subspan(static_cast<size_t>(all.block_table_offset), kv.block_table(w.seq).size());
       // Without a view the window reads its whole prefix: [0, its start).
       const int32_t prefix = w.view ? w.view->lengths[l] : p.positions[static_cast<size_t>(all.first_token)];
       p.layer_windows[l * nw + wi] = {prefix, all.first_token, all.n, at};

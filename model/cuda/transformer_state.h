@@ -65,10 +65,13 @@ struct TransformerState {
   // stream in front of the next forward: copy-on-write in the pool, and (offload) whole
   // blocks between the pool and the host tier. One queue: a pool block freed by an
   // offload may be the next copy-on-write's target, and its D2H copy must go first.
-  enum class CopyKind { pool_to_pool, pool_to_host, host_to_pool };
+  // SpecPV view copies (KvStore::set_view_copies) copy one layer of a host block into
+  // that layer of a pool block: host_layer_to_pool, with its layer.
+  enum class CopyKind { pool_to_pool, pool_to_host, host_to_pool, host_layer_to_pool };
   struct PendingCopy {
     CopyKind kind;
     int32_t src, dst;
+    int32_t layer = -1;  // host_layer_to_pool only
   };
   std::mutex copies_mutex;
   std::vector<PendingCopy> copies;

@@ -3,6 +3,8 @@
 // table entries that point the attention kernels at them. No GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -174,6 +176,38 @@ TEST_F(ForwardPlanOffloadTest, APartialViewOfAHostTierSequenceStreamsNothing) {
   EXPECT_TRUE(plan_forward({&full, 1}, 1, false, false, kv, config, geometry).streams_host_kv());
   view.pool_blocks.front().front() = KvStore::kOnHost;
   EXPECT_THROW(plan_forward({&w, 1}, 1, false, false, kv, config, geometry), Error);
+}
+
+// A batch with a partial view beside a full window of a host-tier sequence: that window's
+// per-layer tables (the view forward reads those, not the batch's table) point its host
+// blocks at their ring blocks, as its batch table does.
+TEST_F(ForwardPlanOffloadTest, AFullWindowBesideAViewReadsItsHostBlocksFromTheRing) {
+  const SeqId a = add(20, 3), c = add(10, 2);
+  kv.reserve(c, 11);
+  const std::vector<int32_t> tokens = {1};
+  const auto t = kv.block_table(a);
+  PrefixView view;
+  view.pool_blocks.assign(static_cast<size_t>(config.num_layers), {t[3], t[4]});
+  view.lengths.assign(static_cast<size_t>(config.num_layers), 2 * kBlockSize);
+  ForwardWindow windows[] = {{a, tokens}, {c, tokens}};
+  windows[0].view = &view;
+  const ForwardPlan p = plan_forward(windows, 1, false, false, kv, config, geometry);
+  ASSERT_TRUE(p.views());
+  EXPECT_TRUE(p.streams_host_kv());
+  const std::span<const int32_t> batch_table =
+      std::span<const int32_t>(p.block_tables).subspan(static_cast<size_t>(p.attention.windows[1].block_table_offset),
+                                                       kv.block_table(c).size());
+  for (int32_t l = 0; l < config.num_layers; ++l) {
+    const AttentionWindowDesc& d = p.layer_windows[static_cast<size_t>(l) * 2 + 1];
+    const auto layer_table = std::span<const int32_t>(p.layer_tables)
+                                 .subspan(static_cast<size_t>(l * p.layer_table_len + d.block_table_offset),
+                                          batch_table.size());
+    EXPECT_TRUE(std::equal(layer_table.begin(), layer_table.end(), batch_table.begin())) << "layer " << l;
+  }
+  // c's two host blocks are ring blocks 0 and 1 (a, with its view, loads none); the
+  // store's kOnHost (-1) would have sent both to ring block 0.
+  EXPECT_EQ(batch_table[0], ring_table_entry(0));
+  EXPECT_EQ(batch_table[1], ring_table_entry(1));
 }
 
 }  // namespace

@@ -31,3 +31,21 @@ gpu_engine_env() {
   export SPECPIPE_SOURCE_DIR="$root" SPECPIPE_MODELS="$root/models" SPECPIPE_TEST_DEVICE="${DEVICE:-cuda:0}"
   export SPECPIPE_PLUGIN_DIR="$root/$bundle/plugins"
 }
+
+# The SpecPV runs' shared pieces (specpv_check.sh, specpv_host_e2e.sh), after gpu_bundle_env:
+# the golden prompts of 7,000 tokens or more as a bench prompt file, and the pipeline YAML
+# lines that put the bundle's SpecPV plugin in verify_view with a budget B split as in
+# BENCHMARKS 7 (B/16 sink, B/2 retrieved, B/4 window, 3B/16 buffer, a full round every 4).
+long_golden_prompts() {  # output file
+  python3 -c '
+import json
+for line in open("bench/prompts/long.jsonl"):
+    p = json.loads(line)
+    if len(p["prompt_ids"]) >= 7000: print(json.dumps(p))' >"$1"
+}
+specpv_yaml() {  # budget, mode
+  local b=$1
+  printf '%s\n' "plugins:" "  specpv:" "    path: $(pwd)/$bundle/plugins/libspecpipe_specpv.so" \
+    "    config: {mode: $2, sink: $((b / 16)), retrieval: $((b / 2)), window: $((b / 4)), buffer: $((b * 3 / 16)), refresh_interval: 4}" \
+    "slots:" "  verify_view:" "    type: specpv"
+}

@@ -77,6 +77,15 @@ Trace run(CudaTransformer& m, KvStore& kv, const Scenario& s, bool offload) {
   }
   step(s.window, LogitsMode::all, false);
   kv.truncate(seq, s.rollback_to);  // offload: inside the host blocks, one comes back
+  if (offload && m.kv_dtype() == DType::f32) {
+    // SpecPV summarises pool blocks between the rollback and the next forward, while the
+    // block's copy back from the host tier is queued: a call without the tier leaves it
+    // queued, in order (it once threw and dropped it: issue 17); the trace stays exact.
+    const int32_t block = kv.block_table(seq).back();
+    std::vector<float> kmax(static_cast<size_t>(m.config().num_layers * m.config().kv_dim()));
+    std::vector<float> kmin(kmax.size());
+    m.summarise_key_blocks({&block, 1}, kmax.data(), kmin.data());
+  }
   for (int32_t i = 0; i < 3; ++i) {
     const int32_t next = i == 0                ? s.prompt[static_cast<size_t>(s.rollback_to)]
                          : s.forced.empty() ? t.ids.back()

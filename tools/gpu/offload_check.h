@@ -3,7 +3,8 @@
 /// move to a pinned host tier as it grows, its K/V streamed through the device layer
 /// ring, must give the same logits, bit for bit, as the same sequence with every block
 /// in the GPU pool: prefill chunks, decode steps, a verify window, a rollback below the
-/// host boundary (a host block back to the pool) and the steps after it; with the ring's
+/// host boundary (a host block back to the pool; FP32 K/V: block summaries asked for
+/// while that copy is queued, as SpecPV does) and the steps after it; with the ring's
 /// copy stream (overlap) and in line (the seed's synchronous way), 2 and 3 slots. Then
 /// the bad inputs: ring slots < 2, host memory that cannot be pinned; the model serves
 /// after each.

@@ -79,12 +79,7 @@ PY
 done
 
 # End to end: the 7,000-token prompt only.
-python3 -c '
-import json
-for line in open("bench/prompts/long.jsonl"):
-    p = json.loads(line)
-    if len(p["prompt_ids"]) >= 7000: print(json.dumps(p))' >"$out/long7k.jsonl"
-plugin="$(pwd)/$bundle/plugins/libspecpipe_specpv.so"
+long_golden_prompts "$out/long7k.jsonl"
 e2e() {  # name, yaml
   printf '%s\n' "$2" >"$out/e2e_$1.yaml"
   timeout "${E2E_TIMEOUT:-120}" "$bundle/bin/specpipe" bench --config "$out/e2e_$1.yaml" --device "$SPECPIPE_TEST_DEVICE" \
@@ -101,13 +96,7 @@ for budget in ${E2E_BUDGETS:-256 512 1024}; do
   for mode in exact approximate; do
     e2e "specpv-$budget-$mode" "version: 1
 kv: {prefix_cache: false}
-plugins:
-  specpv:
-    path: $plugin
-    config: {mode: $mode, sink: $((budget / 16)), retrieval: $((budget / 2)), window: $((budget / 4)), buffer: $((budget * 3 / 16)), refresh_interval: 4}
-slots:
-  verify_view:
-    type: specpv"
+$(specpv_yaml "$budget" "$mode")"
   done
 done
 
