@@ -143,8 +143,12 @@ void KvStore::reserve(SeqId seq, int32_t new_length) {
       // become writable (the sequence was truncated into it).
       const int32_t old_block = s.table[i];
       const int32_t new_block = take_block();
-      if (copier_) copier_(old_block, new_block);  // the pool is on a device
-      else tensors_.copy_block(old_block, new_block);
+      if (copier_) {
+        copier_(old_block, new_block);  // the pool is on a device
+      } else {
+        if (host_copier_.before_pool_write) host_copier_.before_pool_write();  // new_block may be read by a move
+        tensors_.copy_block(old_block, new_block);
+      }
       s.table[i] = new_block;
       pool_.release(old_block);
     }
@@ -281,7 +285,7 @@ void KvStore::attach_host_tier(std::unique_ptr<HostKvTier> tier, HostTierCopier 
     fail(ErrorCode::invalid_argument,
          "attach_host_tier: a store without host tensors needs a copier both ways (its pool is on a device)");
   host_ = std::move(tier);
-  host_copier_ = config_.host_tensors ? HostTierCopier{} : std::move(copier);
+  host_copier_ = std::move(copier);
 }
 
 int32_t KvStore::host_blocks(SeqId seq) const { return static_cast<int32_t>(at(seq).host.size()); }
@@ -314,6 +318,7 @@ void KvStore::copy_to_host(int32_t pool_block, int32_t host_block) {
 void KvStore::copy_to_pool(int32_t host_block, int32_t pool_block) {
   if (host_copier_.to_pool) host_copier_.to_pool(host_block, pool_block);
   else {
+    if (host_copier_.before_pool_write) host_copier_.before_pool_write();
     const int64_t floats = host_->block_floats();
     for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
       std::copy_n(host_->k(layer) + host_block * floats, floats, tensors_.k(layer) + pool_block * floats);
@@ -392,6 +397,7 @@ int64_t KvStore::set_view_copies(SeqId seq, std::span<const std::vector<int32_t>
   s.view_refused = false;
   for (size_t j = 0; j < blocks; ++j) s.view_blocks.push_back(take_block());
   s.view_indices.assign(host_indices.begin(), host_indices.end());
+  if (!host_copier_.layer_to_pool && host_copier_.before_pool_write) host_copier_.before_pool_write();
   const int64_t floats = host_->block_floats();
   int64_t copies = 0;
   for (int32_t layer = 0; layer < config_.num_layers; ++layer) {

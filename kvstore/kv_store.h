@@ -51,6 +51,11 @@ struct HostTierCopier {
   /// copies, KvStore::set_view_copies); lands before the next forward. May be empty:
   /// the store then refuses view copies (Error(unsupported)).
   std::function<void(int32_t layer, int32_t host_block, int32_t pool_block)> layer_to_pool = {};
+  /// A store with host tensors whose to_host copies run later (the CPU's copy thread,
+  /// kvstore/async_write_back.h) calls this before it writes a pool block or reads a
+  /// host block itself (copy-on-write, a block back from the host, view copies): a
+  /// queued copy may still read that pool block or write that host block. May be empty.
+  std::function<void()> before_pool_write = {};
 };
 
 /// Traffic between the pool and the host tier (ARCHITECTURE.md section 10).
@@ -146,7 +151,9 @@ class KvStore {
   static constexpr int32_t kOnHost = -1;
   /// Gives the store a host tier of the same layout (num_layers, kv_heads, head_dim,
   /// block_size; else Error(invalid_argument)). A store without host tensors needs a
-  /// copier with both directions. Only while no sequence is live.
+  /// copier with both directions; one with host tensors copies itself where the copier
+  /// leaves a direction empty (the CPU's asynchronous write-back gives to_host and
+  /// before_pool_write only). Only while no sequence is live.
   void attach_host_tier(std::unique_ptr<HostKvTier> tier, HostTierCopier copier = {});
   const HostKvTier* host_tier() const { return host_.get(); }
   /// h: the sequence's positions [0, h * B) live on the host tier (block_table entries

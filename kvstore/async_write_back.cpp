@@ -1,0 +1,50 @@
+#include "kvstore/async_write_back.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace specpipe {
+
+WriteBackQueue::WriteBackQueue(std::shared_ptr<CopyStream> stream) : stream_(std::move(stream)) {}
+
+void WriteBackQueue::to_host(const KvTensors& pool, HostKvTier& tier, int32_t pool_block, int32_t host_block) {
+  const CopyStream::Ticket t = stream_->enqueue([&pool, &tier, pool_block, host_block] {
+    const int64_t floats = tier.block_floats();
+    for (int32_t layer = 0; layer < tier.layout().num_layers; ++layer) {
+      std::copy_n(pool.k(layer) + pool_block * floats, floats, tier.k(layer) + host_block * floats);
+      std::copy_n(pool.v(layer) + pool_block * floats, floats, tier.v(layer) + host_block * floats);
+    }
+  });
+  last_.store(t);
+  blocks_.fetch_add(1);
+}
+
+void WriteBackQueue::drain() {
+  const CopyStream::Ticket t = last_.load();
+  if (t > 0 && stream_->wait(t)) count_stall();
+}
+
+namespace {
+/// Held only by the store's copier: the store's end drains the copies that read its pool.
+struct DrainAtEnd {
+  std::shared_ptr<WriteBackQueue> queue;
+  ~DrainAtEnd() {
+    try {
+      if (queue) queue->drain();
+    } catch (...) {  // a copy's error has no reader left; the memory is what matters here
+    }
+  }
+};
+}  // namespace
+
+HostTierCopier async_host_copier(std::shared_ptr<WriteBackQueue> queue, const KvTensors& pool, HostKvTier& tier) {
+  auto held = std::make_shared<DrainAtEnd>(DrainAtEnd{std::move(queue)});
+  HostTierCopier c;
+  c.to_host = [held, &pool, &tier](int32_t pool_block, int32_t host_block) {
+    held->queue->to_host(pool, tier, pool_block, host_block);
+  };
+  c.before_pool_write = [held] { held->queue->drain(); };
+  return c;
+}
+
+}  // namespace specpipe
