@@ -113,8 +113,7 @@ void reserve(KvStore& kv, RoundBatch& b) {
       // SpecPV: a full round after partial ones rewrites the K/V they left (never below
       // what a full verification checked, so no prefix-cached block is touched).
       if (it.rewind_to >= 0 && it.rewind_to < kv.length(it.seq)) kv.truncate(it.seq, it.rewind_to);
-      const int32_t new_length = kv.length(it.seq) + static_cast<int32_t>(it.recompute.size()) + 1 +
-                                 static_cast<int32_t>(it.provisional.size() + it.drafts.size());
+      const int32_t new_length = kv.length(it.seq) + it.layout().size();
       try {
         reserve_offloading(kv, it.seq, new_length);
       } catch (const Error& e) {
@@ -171,7 +170,7 @@ void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
   std::vector<WindowCommit> verdicts;
   for (RoundItem& it : b.items)
     if (it.error.empty() && it.seq >= 0 && kv.contains(it.seq))
-      verdicts.push_back({it.seq, static_cast<int32_t>(it.recompute.size()) + 1 + it.accepted});
+      verdicts.push_back({it.seq, it.layout().committed(it.accepted)});
   const bool in_pool = verdicts.empty() || sink.commit_round(verdicts);
   std::vector<int32_t> accepted;
   for (RoundItem& it : b.items) {

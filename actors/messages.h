@@ -20,6 +20,7 @@
 #include "kvstore/kv_store.h"
 #include "kvstore/partial_view.h"
 #include "pipeline/drafter.h"
+#include "pipeline/gamma.h"
 #include "pipeline/generation.h"
 #include "pipeline/rng.h"
 #include "pipeline/spec_stats.h"
@@ -144,6 +145,11 @@ struct RoundItem {
 
   /// The verify window: recompute, then pending, then the provisional tokens and drafts.
   std::vector<int32_t> window() const;
+  /// Its layout (sizes, the verdict's first row, what a verdict commits).
+  WindowLayout layout() const {
+    return {static_cast<int32_t>(recompute.size()), static_cast<int32_t>(provisional.size()),
+            static_cast<int32_t>(drafts.size())};
+  }
   /// What the verdict judges: provisional tokens, then drafts.
   std::vector<int32_t> chain() const;
 };

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "model/load_model.h"
 #include "model/open_model.h"
+#include "pipeline/gamma.h"
 #include "pipeline/lookup_drafter.h"
 #include "pipeline/model_drafter.h"
 #include "pipeline/plugin_kv_writer.h"
@@ -22,24 +23,19 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   if (c.kv.block_size <= 0) fail(ErrorCode::invalid_argument, "kv.block_size must be positive");
   if (c.kv.tokens != KvConfig::kAuto && c.kv.tokens < c.kv.block_size)
     fail(ErrorCode::invalid_argument, "kv.tokens must hold at least one block");
-  if (c.drafter.gamma < 0 || c.drafter.gamma > c.drafter.max_gamma)
-    fail(ErrorCode::invalid_argument, "slots.drafter.gamma must be in [0, {}]", c.drafter.max_gamma);
   const Device device = Device::parse(c.device);
   const bool on_device = device.kind != DeviceKind::cpu;
-  // A device forward takes a bounded number of tokens: a round's verify windows (every
-  // sequence's gamma + 1, plus a recomputed token) and a prefill chunk must fit.
+  // A device forward takes a bounded number of tokens (at most 1024): it is sized for a
+  // round's verify windows and a prefill chunk; gamma_limits checks what it got.
   constexpr int32_t kDeviceForwardTokens = 1024;
-  const int32_t verify_tokens = c.scheduler.max_batch * (c.drafter.max_gamma + 2);
+  const int64_t verify_tokens = int64_t{c.scheduler.max_batch} * largest_window(std::min(c.drafter.max_gamma, kDeviceForwardTokens));
   const ModelOptions model_options{
       .device = device,
-      .max_forward_tokens = std::min(kDeviceForwardTokens, std::max(c.scheduler.prefill_chunk, verify_tokens)),
+      .max_forward_tokens = static_cast<int32_t>(
+          std::min<int64_t>(kDeviceForwardTokens, std::max<int64_t>(c.scheduler.prefill_chunk, verify_tokens))),
       .gemm = c.models.gemm,
       // kv.dtype: both models' K/V (the CPU backend refuses bf16 in open_model).
       .kv_dtype = c.kv.dtype == "bf16" ? DType::bf16 : DType::f32};
-  if (on_device && verify_tokens > kDeviceForwardTokens)
-    fail(ErrorCode::invalid_argument,
-         "scheduler.max_batch {} x (slots.drafter.max_gamma {} + 2) tokens exceed the 1024 a device forward takes",
-         c.scheduler.max_batch, c.drafter.max_gamma);
   // The drafter drafts the next round while the target verifies (on a device by
   // default); the target's stream then goes first wherever both want the SMs.
   const bool draft_ahead = c.drafter.type == DrafterKind::model &&
@@ -63,6 +59,8 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
       fail(ErrorCode::invalid_argument, "draft model {} has a vocabulary of {}, the target {}", c.models.draft,
            draft->config().vocab_size, target->config().vocab_size);
   }
+  // The one config-load check of gamma, against what the opened models can run.
+  check_gamma_config(c.drafter, gamma_limits(*target, draft.get(), c.scheduler.max_batch));
   int32_t blocks = 0;
   if (c.kv.tokens == KvConfig::kAuto) {
     std::vector<const ForwardModel*> models{target.get()};
@@ -174,7 +172,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     }
   }
   SchedulerConfig& s = p.scheduler;
-  s.default_gamma = d.gamma;
+  s.gamma = d.gamma;
   s.max_gamma = d.max_gamma;
   s.max_batch = c.scheduler.max_batch;
   s.max_queue = c.scheduler.max_queue;

@@ -98,7 +98,11 @@ class Scheduler : public scheduler_actor::base {
     if (!std::isfinite(p.sampling.temperature) || p.sampling.temperature < 0) return bad("temperature must be a finite number >= 0");
     if (!(p.sampling.top_p > 0.0f && p.sampling.top_p <= 1.0f)) return bad("top_p must be in (0, 1]");
     if (p.sampling.top_k < 0) return bad("top_k must not be negative");
-    if (gamma < 0 || gamma > cfg().max_gamma) return bad(fmt::format("gamma must be in [0, {}]", cfg().max_gamma));
+    // The one per-request check of gamma (the protocols only read a non-negative integer;
+    // max_gamma was checked against the models at load: pipeline/gamma.h).
+    if (gamma < 0 || gamma > cfg().max_gamma)
+      return bad(fmt::format("gamma {} is out of range [0, {}] (the server's slots.drafter.max_gamma)", gamma,
+                             cfg().max_gamma));
     for (const auto& s : r.stop)
       if (s.empty()) return bad("stop strings must not be empty");
     if (static_cast<int64_t>(r.prompt.size()) >= cfg().max_positions)
@@ -119,7 +123,7 @@ class Scheduler : public scheduler_actor::base {
 
   void submit(SubmitRequest&& r) {
     if (requests_.count(r.id)) return refuse(r, {"duplicate_id", fmt::format("request id {} is already in use", r.id)});
-    const int32_t gamma = !cfg().speculative ? 0 : r.gamma < 0 ? cfg().default_gamma : r.gamma;
+    const int32_t gamma = !cfg().speculative ? 0 : r.gamma < 0 ? cfg().gamma : r.gamma;
     if (auto why = validate(r, gamma)) return refuse(r, *why);
     if (static_cast<int32_t>(waiting_.size()) >= cfg().max_queue)
       return refuse(r, {"overloaded", fmt::format("{} requests are waiting", waiting_.size())});
@@ -190,8 +194,8 @@ class Scheduler : public scheduler_actor::base {
     std::vector<PlanSequence> plan;
     for (RequestId id : running_) {
       const Request& r = requests_.at(id);
-      plan.push_back({id, r.gamma, std::max(0, std::min(r.gamma == 0 ? 0 : cfg().max_gamma, cfg().max_positions - 1 - r.position)),
-                      r.position});
+      const int32_t cap = r.gamma == 0 ? 0 : cfg().max_gamma;
+      plan.push_back({id, r.gamma, std::max(0, std::min(cap, cfg().max_positions - 1 - r.position)), r.position});
     }
     std::vector<int32_t> gamma(plan.size(), 0);
     planner().plan(plan, costs_.costs(0), gamma);
@@ -204,7 +208,7 @@ class Scheduler : public scheduler_actor::base {
       r.appended.clear();
       item.recompute = r.recompute;
       item.pending = r.pending;
-      item.gamma = std::clamp(gamma[i], 0, plan[i].max_gamma);
+      item.gamma = std::clamp(gamma[i], 0, plan[i].gamma_cap);
       item.sampling = r.spec.params.sampling;
       item.rng = r.rng;
       round.items.push_back(std::move(item));
@@ -255,7 +259,7 @@ class Scheduler : public scheduler_actor::base {
     std::vector<PlanObservation> observed;
     for (const RoundItem& item : b.items) {
       draft_steps = std::max(draft_steps, static_cast<int32_t>(item.drafts.size()));
-      window_tokens += static_cast<int64_t>(item.recompute.size() + 1 + item.provisional.size() + item.drafts.size());
+      window_tokens += item.layout().size();
       // Of this round's own drafts (SpecPV: not the provisional tokens judged before them).
       const auto held = static_cast<int32_t>(item.provisional.size());
       if (item.error.empty())
@@ -324,7 +328,7 @@ class Scheduler : public scheduler_actor::base {
     for (int32_t i = 0; i < r.view.provisional() && p.stop_at_eos; ++i)
       stops = stops || std::find(eos.begin(), eos.end(), r.view.provisional_begin()[i]) != eos.end();
     return {r.position, cfg().block_size, item.sampling.temperature != 0.0f, stops,
-            cfg().max_positions - r.position <= cfg().max_gamma + 2, !r.recompute.empty()};
+            cfg().max_positions - r.position <= largest_window(cfg().max_gamma), !r.recompute.empty()};
   }
 
   void observe_views(const RoundBatch& b) {

@@ -18,8 +18,8 @@
 namespace specpipe::actors {
 
 struct SchedulerConfig {
-  int32_t default_gamma = 4;   ///< drafts per round unless a request asks otherwise
-  int32_t max_gamma = 16;      ///< largest gamma a request may ask for
+  int32_t gamma = 4;           ///< slots.drafter.gamma: for requests that name none
+  int32_t max_gamma = 16;      ///< slots.drafter.max_gamma: the most a request (or a plan) may use
   int32_t max_batch = 32;      ///< sequences per round
   int32_t max_queue = 1024;    ///< waiting requests beyond which new ones are refused
   int64_t kv_blocks = 0;       ///< blocks of the target KV, pool and host tier (the draft's is as large)

@@ -234,7 +234,7 @@ void verify(VerifierState& st, RoundBatch& b) {
   for (size_t w = 0; w < owner.size(); ++w) {
     RoundItem& it = b.items[owner[w]];
     // Rows of recomputed tokens only rebuild their K/V; the verdict starts at pending.
-    const auto first = static_cast<int32_t>(it.recompute.size());
+    const int32_t first = it.layout().verdict_row();
     auto row = [&](int32_t i) { return st.logits.row(w, first + i); };
     try {
       Verdict v;

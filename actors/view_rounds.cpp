@@ -53,7 +53,7 @@ ViewOutcome settle_round(ViewState& s, const RoundItem& item, int32_t position) 
   // A full round: the K/V now hold exactly the verified tokens.
   const int32_t p = static_cast<int32_t>(item.provisional.size());
   const int32_t start = item.rewind_to >= 0 ? item.rewind_to : position;
-  o.new_position = start + static_cast<int32_t>(item.recompute.size()) + 1 + k;
+  o.new_position = start + item.layout().committed(k);
   if (k >= p) {
     o.to_stream = item.provisional;
     o.to_stream.insert(o.to_stream.end(), item.drafts.begin(), item.drafts.begin() + (k - p));
@@ -68,7 +68,7 @@ ViewOutcome settle_round(ViewState& s, const RoundItem& item, int32_t position) 
     o.to_stream.push_back(item.next_token);
     o.rolled_back = p - k;
     o.appended = o.to_stream;
-    s.draft_rewind = start + static_cast<int32_t>(item.recompute.size()) + 1;
+    s.draft_rewind = start + item.layout().committed(0);
   }
   s.verified = o.new_position;
   s.since_full.clear();

@@ -25,7 +25,7 @@ void PipelineOptions::add_to(CLI::App& cmd) {
       [](const PipelineOptions& o, PipelineConfig& c) {
         if (o.no_spec_) c.drafter.type = DrafterKind::none;
       });
-  add(cmd.add_option("--gamma", d.drafter.gamma, "drafts per round")->check(CLI::Range(0, 64)),
+  add(cmd.add_option("--gamma", d.drafter.gamma, "drafts per round (slots.drafter.gamma)")->check(CLI::NonNegativeNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.drafter.gamma = o.defaults_.drafter.gamma; });
   add(cmd.add_option("--ngram-max", d.drafter.ngram.max_ngram, "longest n-gram the ngram drafter matches")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.drafter.ngram.max_ngram = o.defaults_.drafter.ngram.max_ngram; });

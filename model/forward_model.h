@@ -197,6 +197,10 @@ class ForwardModel {
   /// The most tokens (all windows together) one forward takes; callers split larger
   /// work. CPU: no limit.
   virtual int32_t max_forward_tokens() const { return INT32_MAX; }
+  /// The longest greedy chain (forward_greedy_chain / launch_greedy_chain steps) the
+  /// model runs without a host round trip per token. Longer chains give the same tokens,
+  /// one host step at a time (slower, never wrong). CPU: no limit.
+  virtual int32_t max_chain_steps() const { return INT32_MAX; }
 
   /// Runs every window through the model. Preconditions (checked, see window_starts):
   /// each window's sequence has reserved [start, start + n) in `kv`. The windows' K/V go

@@ -71,7 +71,7 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   last_drafts_.clear();
   out.assign(items.size(), Proposal{});
   std::vector<Sequence*> seqs;
-  int32_t max_gamma = 0;
+  int32_t longest = 0;  // the largest gamma of the batch: the steps drafted
   bool chain = true;  // every item greedy with the same gamma
   for (const DraftItem& item : items) {
     Sequence& s = at(item.request);
@@ -82,7 +82,7 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
     }
     s.context.insert(s.context.end(), item.appended.begin(), item.appended.end());
     seqs.push_back(&s);
-    max_gamma = std::max(max_gamma, item.gamma);
+    longest = std::max(longest, item.gamma);
     chain = chain && item.sampling.temperature == 0.0f && item.gamma == items.front().gamma;
   }
   // A catch-up longer than this is prefilled on its own first, so that one step's
@@ -92,19 +92,19 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   // What a draft-ahead chain left: matching K/V, and on a chain round maybe the drafts.
   std::vector<bool> ready(items.size(), false);
   for (size_t i = 0; i < items.size(); ++i)
-    out[i].made_ahead = ready[i] = adopt_ahead(items[i].request, *seqs[i], chain ? max_gamma : 0, out[i].tokens);
-  if (chain && max_gamma > 0) {
+    out[i].made_ahead = ready[i] = adopt_ahead(items[i].request, *seqs[i], chain ? longest : 0, out[i].tokens);
+  if (chain && longest > 0) {
     propose_chain(items, seqs, batch_feed, ready, out);
     if (draft_ahead_) {
       for (size_t i = 0; i < items.size(); ++i) last_drafts_.emplace_back(items[i].request, out[i].tokens.back());
-      last_gamma_ = max_gamma;
+      last_gamma_ = longest;
     }
     return;
   }
   std::vector<ForwardWindow> windows;
   std::vector<size_t> owner;
   std::vector<int32_t> last_token(items.size());
-  for (int32_t step = 0; step < max_gamma; ++step) {
+  for (int32_t step = 0; step < longest; ++step) {
     windows.clear();
     owner.clear();
     for (size_t i = 0; i < items.size(); ++i) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "model/load_model.h"
 #include "pipeline/config_section.h"
+#include "pipeline/gamma.h"
 #include "pipeline/pipeline_config.h"
 #include "pipeline/plugin_library.h"
 
@@ -64,10 +66,10 @@ void read_drafter(const Section& slots, DrafterConfig& d) {
   std::string type = to_string(d.type);
   s.read_choice("type", type, {"model", "ngram", "none"});
   d.type = parse_drafter_kind(type);
-  s.read("gamma", d.gamma, IntRange{0, 64});
-  s.read("max_gamma", d.max_gamma, IntRange{0, 64});
-  if (d.gamma > d.max_gamma)
-    s.fail("gamma", fmt::format("{} is out of range [0, {}] (max_gamma)", d.gamma, d.max_gamma));
+  // What the models allow is checked when they are opened (pipeline/gamma.h).
+  s.read("gamma", d.gamma, IntRange{0, INT32_MAX});
+  s.read("max_gamma", d.max_gamma, IntRange{0, INT32_MAX});
+  if (auto problem = gamma_config_problem(d, nullptr)) s.fail(problem->key, problem->reason);
   std::string ahead = to_string(d.draft_ahead);
   s.read_choice("draft_ahead", ahead, {"auto", "on", "off"});
   d.draft_ahead = parse_draft_ahead(ahead);

@@ -10,7 +10,7 @@ namespace specpipe {
 
 void FixedGammaPlanner::plan(std::span<const PlanSequence> sequences, const PlanCosts&, std::span<int32_t> gamma) {
   for (size_t i = 0; i < sequences.size(); ++i)
-    gamma[i] = std::clamp(sequences[i].requested_gamma, 0, std::max(0, sequences[i].max_gamma));
+    gamma[i] = std::clamp(sequences[i].gamma, 0, std::max(0, sequences[i].gamma_cap));
 }
 
 void PluginVerifyPlanner::plan(std::span<const PlanSequence> sequences, const PlanCosts& costs,
@@ -18,7 +18,7 @@ void PluginVerifyPlanner::plan(std::span<const PlanSequence> sequences, const Pl
   if (!plugin_->disabled()) {
     std::vector<specpipe_plan_sequence> in;
     for (const PlanSequence& s : sequences)
-      in.push_back({s.request, s.requested_gamma, std::max(0, s.max_gamma), s.context_length});
+      in.push_back({s.request, s.gamma, std::max(0, s.gamma_cap), s.context_length});
     const specpipe_plan_costs c{sizeof(specpipe_plan_costs), costs.draft_step_ms, costs.verify_base_ms,
                                 costs.verify_token_ms, costs.token_budget};
     std::fill(gamma.begin(), gamma.end(), -1);

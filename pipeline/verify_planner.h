@@ -16,8 +16,10 @@ namespace specpipe {
 
 struct PlanSequence {
   RequestId request;
-  int32_t requested_gamma;
-  int32_t max_gamma;       ///< the most it may get (context limit)
+  int32_t gamma;           ///< the request's gamma (ABI: requested_gamma)
+  /// The most it may get this round: slots.drafter.max_gamma, less near the end of the
+  /// model's positions, 0 for a request that does not speculate (ABI: max_gamma).
+  int32_t gamma_cap;
   int32_t context_length;
 };
 
@@ -40,7 +42,7 @@ class VerifyPlanner {
  public:
   virtual ~VerifyPlanner() = default;
   virtual std::string name() const = 0;
-  /// gamma[i] in [0, sequences[i].max_gamma].
+  /// gamma[i] in [0, sequences[i].gamma_cap].
   virtual void plan(std::span<const PlanSequence> sequences, const PlanCosts& costs, std::span<int32_t> gamma) = 0;
   virtual void observe(std::span<const PlanObservation> /*observations*/) {}
   virtual void forget(RequestId /*request*/) {}

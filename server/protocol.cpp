@@ -84,7 +84,8 @@ void parse_generate(const json& j, const RequestDefaults& d, Request& r) {
   p.seed = j.contains("seed") ? static_cast<uint64_t>(get_int(j, "seed", 0, INT64_MAX)) : 0;
   p.stop_at_eos = j.contains("ignore_eos") ? !get_bool(j, "ignore_eos") : d.stop_at_eos;
   r.stream = j.contains("stream") && get_bool(j, "stream");
-  if (j.contains("gamma")) r.spec.gamma = static_cast<int32_t>(get_int(j, "gamma", 0, 1024));
+  // Any non-negative gamma reads; the scheduler refuses one above the server's max_gamma.
+  if (j.contains("gamma")) r.spec.gamma = static_cast<int32_t>(get_int(j, "gamma", 0, INT32_MAX));
   if (j.contains("stop")) {
     const json& stop = j["stop"];
     if (!stop.is_array()) bad("stop: expected an array of strings");

@@ -57,6 +57,7 @@ class CudaForwardModel final : public ForwardModel {
   /// On the device (CudaTransformer::summarise_key_blocks).
   KeySummariser key_summariser() override;
   int32_t max_forward_tokens() const override { return model_->max_tokens(); }
+  int32_t max_chain_steps() const override { return CudaTransformer::kMaxChainSteps; }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;
   /// The chain on the device (CudaTransformer::forward_greedy_chain) up to its step

@@ -202,7 +202,8 @@ ApiRequest read(ApiKind kind, std::string_view bytes, const ApiContext& c) {
   p.seed = v ? static_cast<uint64_t>(integer(*v, "seed", 0, INT64_MAX)) : 0;
   v = field(body, "ignore_eos");
   p.stop_at_eos = v ? !boolean(*v, "ignore_eos") : d.stop_at_eos;
-  if ((v = field(body, "gamma"))) r.spec.gamma = static_cast<int32_t>(integer(*v, "gamma", 0, 1024));
+  // Any non-negative gamma reads; the scheduler refuses one above the server's max_gamma.
+  if ((v = field(body, "gamma"))) r.spec.gamma = static_cast<int32_t>(integer(*v, "gamma", 0, INT32_MAX));
   read_stop(body, r);
   if (kind == ApiKind::chat)
     for (const std::string& s : c.chat_template.turn_stops()) r.spec.stop.push_back(s);
