@@ -93,7 +93,9 @@ typedef struct specpipe_model_desc {
   int32_t head_dim;
   int32_t kv_dim;     /* num_kv_heads * head_dim: floats per K (or V) row */
   int32_t block_size; /* tokens per KV block */
-  int32_t max_gamma;  /* largest verify window is max_gamma + 1 tokens */
+  int32_t max_gamma;  /* slots.drafter.max_gamma: the most drafts a sequence gets in a round;
+                         a verify window is max_gamma + 1 tokens (pending + drafts), plus one
+                         recomputed token after a failed kv_write commit */
   int32_t max_batch;  /* sequences per round */
   DLDevice device;
 } specpipe_model_desc;
@@ -153,7 +155,8 @@ typedef struct specpipe_kv_write_hooks {
 typedef struct specpipe_plan_sequence {
   int64_t sequence;
   int32_t requested_gamma; /* the request's (or the pipeline's) gamma */
-  int32_t max_gamma;       /* the most this sequence may get this round (context limit) */
+  int32_t max_gamma;       /* this round's cap: model_desc.max_gamma, less near the end of the
+                              model's positions; 0 if the request asked for gamma 0 */
   int32_t context_length;  /* tokens in its KV */
 } specpipe_plan_sequence;
 
