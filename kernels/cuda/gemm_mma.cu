@@ -31,13 +31,13 @@ int gemm_mma_variant() {
   int v = mma_variant.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("SPECPIPE_GEMM_MMA_VARIANT");
-    v = e != nullptr && *e != '\0' ? std::atoi(e) & 7 : kDefaultMmaVariant;
+    v = e != nullptr && *e != '\0' ? std::atoi(e) & 15 : kDefaultMmaVariant;
     mma_variant.store(v, std::memory_order_relaxed);
   }
   return v;
 }
 
-void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 7, std::memory_order_relaxed); }
+void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 15, std::memory_order_relaxed); }
 
 namespace {
 
@@ -85,10 +85,9 @@ __device__ inline void mma16816(float* d, uint32_t a0, uint32_t a1, uint32_t a2,
 constexpr int min_blocks(int tiles, bool persistent) { return persistent && tiles == 1 ? 4 : 1; }
 
 template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
-__global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent)) gemm_mma_kernel(const uint16_t* __restrict__ x, int64_t ldx,
-                                                               const uint16_t* __restrict__ w, int64_t n, int64_t k,
-                                                               float* __restrict__ y, uint16_t* __restrict__ yb,
-                                                               int64_t ldy, int32_t m, bool early_launch) {
+__global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
+    gemm_mma_kernel(const uint16_t* __restrict__ x, int64_t ldx, const uint16_t* __restrict__ w, int64_t n, int64_t k,
+                    float* __restrict__ y, uint16_t* __restrict__ yb, int64_t ldy, int32_t m, bool early_launch) {
   __shared__ float partial[kWarps - 1][kTiles][4][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t steps = k / kStep;
@@ -252,12 +251,28 @@ int64_t resident_blocks() {
   return blocks;
 }
 
+/// The device's SMs, asked once.
+inline int64_t resident_sms() {
+  static const int64_t sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return int64_t{0};
+    return int64_t{n};
+  }();
+  return sms;
+}
+
 template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
 cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k,
                            float* y, uint16_t* yb, int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
   const int variant = gemm_mma_variant();
   const int64_t resident = resident_blocks<kTiles, kSiluGate, kDepth, kPersistent>();
-  const bool early_launch = (variant & 4) && overlap_previous && resident > 0 && blocks <= resident;
+  // Bit 8: only grids of at most one block an SM (a small model's o_proj / down_proj),
+  // whose SMs have room for the next kernels' blocks beside them.
+  const int64_t sms = resident_sms();
+  const bool early_launch = (variant & 4) && overlap_previous && resident > 0 && blocks <= resident &&
+                            (!(variant & 8) || (sms > 0 && blocks <= sms));
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
                                   ldx, w, n, k, y, yb, ldy, m, early_launch);
