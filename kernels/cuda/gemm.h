@@ -106,10 +106,9 @@ cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w
 /// (gate_up, lm_head): each block takes an equal share of the 16-feature tiles, the next
 /// tile's weights loading during a tile's cross-warp sum and store.
 /// Bit 4 (launches that overlap the kernel before): a one-wave grid lets the next kernel
-/// launch as it starts (faster for the 0.6B shape, slower for the 8B one: off); with
-/// bit 8, only a grid of at most one block an SM does.
+/// launch as it starts (faster for the 0.6B shape, slower for the 8B one: off).
 /// 0: one block per tile, 4-step buffers (the first kernel). The default, 3, won the
-/// A/B of kernels/cuda/README.md ("Tenth session"); SPECPIPE_GEMM_MMA_VARIANT (0..15, read
+/// A/B of kernels/cuda/README.md ("Tenth session"); SPECPIPE_GEMM_MMA_VARIANT (0..7, read
 /// on first use) overrides it.
 constexpr int kDefaultMmaVariant = 3;
 int gemm_mma_variant();

@@ -31,13 +31,13 @@ int gemm_mma_variant() {
   int v = mma_variant.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("SPECPIPE_GEMM_MMA_VARIANT");
-    v = e != nullptr && *e != '\0' ? std::atoi(e) & 15 : kDefaultMmaVariant;
+    v = e != nullptr && *e != '\0' ? std::atoi(e) & 7 : kDefaultMmaVariant;
     mma_variant.store(v, std::memory_order_relaxed);
   }
   return v;
 }
 
-void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 15, std::memory_order_relaxed); }
+void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 7, std::memory_order_relaxed); }
 
 namespace {
 
@@ -251,28 +251,12 @@ int64_t resident_blocks() {
   return blocks;
 }
 
-/// The device's SMs, asked once.
-inline int64_t resident_sms() {
-  static const int64_t sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return int64_t{0};
-    return int64_t{n};
-  }();
-  return sms;
-}
-
 template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
 cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k,
                            float* y, uint16_t* yb, int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
   const int variant = gemm_mma_variant();
   const int64_t resident = resident_blocks<kTiles, kSiluGate, kDepth, kPersistent>();
-  // Bit 8: only grids of at most one block an SM (a small model's o_proj / down_proj),
-  // whose SMs have room for the next kernels' blocks beside them.
-  const int64_t sms = resident_sms();
-  const bool early_launch = (variant & 4) && overlap_previous && resident > 0 && blocks <= resident &&
-                            (!(variant & 8) || (sms > 0 && blocks <= sms));
+  const bool early_launch = (variant & 4) && overlap_previous && resident > 0 && blocks <= resident;
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
                                   ldx, w, n, k, y, yb, ldy, m, early_launch);

@@ -211,7 +211,7 @@ void check_mma_variants(Report& report, cudaStream_t stream) {
       return bits;
     };
     const auto plain = outputs(0);
-    for (int variant = 1; variant <= 15; ++variant) {
+    for (int variant = 1; variant <= 7; ++variant) {
       const auto got = outputs(variant);
       int64_t differ = 0;
       for (size_t i = 0; i < got.size(); ++i) differ += got[i] != plain[i];
