@@ -255,8 +255,8 @@ template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
 cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k,
                            float* y, uint16_t* yb, int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
   const int variant = gemm_mma_variant();
-  const int64_t resident = resident_blocks<kTiles, kSiluGate, kDepth, kPersistent>();
-  const bool early_launch = (variant & 4) && overlap_previous && resident > 0 && blocks <= resident;
+  const bool early_launch = (variant & 4) && overlap_previous &&
+                            blocks <= resident_blocks<kTiles, kSiluGate, kDepth, kPersistent>();
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
                                   ldx, w, n, k, y, yb, ldy, m, early_launch);
@@ -296,6 +296,29 @@ cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n,
                                                            overlap_previous);
 }
 
+/// Asks every variant's occupancy on the first GEMM of the process (an eager forward), so
+/// no occupancy query runs while a later forward is being captured into a graph.
+void query_resident_blocks() {
+  static const bool asked = [] {
+    resident_blocks<1, false, kUnroll, false>();
+    resident_blocks<1, true, kUnroll, false>();
+    resident_blocks<1, false, 2 * kUnroll, false>();
+    resident_blocks<1, true, 2 * kUnroll, false>();
+    resident_blocks<1, false, kUnroll, true>();
+    resident_blocks<1, true, kUnroll, true>();
+    resident_blocks<2, false, kUnroll, false>();
+    resident_blocks<2, true, kUnroll, false>();
+    resident_blocks<2, false, kUnroll, true>();
+    resident_blocks<2, true, kUnroll, true>();
+    resident_blocks<4, false, kUnroll, false>();
+    resident_blocks<4, true, kUnroll, false>();
+    resident_blocks<kMaxTiles, false, kUnroll, false>();
+    resident_blocks<kMaxTiles, true, kUnroll, false>();
+    return true;
+  }();
+  (void)asked;
+}
+
 /// Both entry points: W of n rows, y (float) or yb (the SiLU gate's bf16) of ldy.
 template <bool kSiluGate>
 cudaError_t gemm_mma(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, float* y, uint16_t* yb,
@@ -304,6 +327,7 @@ cudaError_t gemm_mma(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t 
       reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return cudaErrorInvalidValue;
   if (m <= 0 || n <= 0) return cudaSuccess;
+  query_resident_blocks();
   // Rows in groups of kMaxMmaRows, each group's rows in the fewest n-tiles that hold them:
   // a row's sums are the same in every variant (see the header comment).
   for (int32_t r0 = 0; r0 < m; r0 += kMaxMmaRows) {
