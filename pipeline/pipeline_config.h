@@ -58,7 +58,8 @@ struct KvConfig {
 
 /// The host KV tier and layer ring (kvstore/README.md, "Host tier"): when the target's
 /// pool fills, the oldest full committed blocks of the longest sequences move to host
-/// memory, and every forward streams them back layer by layer. CPU backend only so far.
+/// memory, and every forward streams them back layer by layer. CPU and CUDA (pinned host
+/// memory and a copy stream there).
 struct OffloadConfig {
   bool enable = false;
   int64_t host_bytes = int64_t{4} << 30;  ///< host tier size (K and V, every layer)
