@@ -24,6 +24,11 @@ using kv_router_actor =
 
 using verifier_actor = caf::typed_actor<caf::reacts_to<PrefillWork>, caf::reacts_to<VerifyWork>>;
 
+/// Owns the host tier's policy and the moves (actors/offload_actor.h); asked by the
+/// kv-router only, which awaits each answer.
+using offload_actor = caf::typed_actor<caf::replies_to<PoolRoomWork>::with<PoolRoomDone>,
+                                       caf::replies_to<ViewCopyWork>::with<ViewCopyDone>>;
+
 /// Every actor's handle. Filled by whoever builds the pipeline after spawning and before
 /// the first message, then read-only (shared between the actors).
 struct Peers {
@@ -31,6 +36,7 @@ struct Peers {
   draft_actor draft;
   kv_router_actor kv_router;
   verifier_actor verifier;
+  offload_actor offload;  ///< only with a host tier (offload.enable)
 };
 
 }  // namespace specpipe::actors

@@ -4,9 +4,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <functional>
+#include <memory>
+
+#include "actors/offload_actor.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "kvstore/offload_policy.h"
 #include "pipeline/plugin_kv_writer.h"
 
 namespace specpipe::actors {
@@ -19,40 +23,31 @@ void fail_item(KvStore& kv, AdmitItem& it, const std::string& why) {
   it.error = why;
 }
 
-/// Gives every sequence's SpecPV view copies back to the pool (until its next refresh a
-/// sequence's partial views then leave its host-tier blocks out, counted). Returns
-/// whether any block came back.
-bool drop_view_copies(KvStore& kv) {
-  bool any = false;
-  for (SeqId seq : kv.sequence_ids())
-    if (kv.view_copy_blocks(seq) > 0) {
-      kv.drop_view_copies(seq);
-      any = true;
-    }
-  return any;
-}
-
-/// Reserves every unfinished item's next prefill pass: the whole rest of its context,
-/// or with a host tier the next `chunk` tokens, after moving older blocks to the host
-/// when the pool cannot serve it. With a host tier an item the pool cannot serve yet
-/// (the blocks that could move are not committed yet) waits a pass while others
-/// progress; when none can progress, the waiting ones fail. Returns whether any item
-/// has a pass to run.
-bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b, int32_t chunk) {
-  std::vector<std::pair<AdmitItem*, std::string>> waiting;
-  bool progress = false;
+/// Sets every unfinished item's next prefill pass: the whole rest of its context, or
+/// with a host tier the next `chunk` tokens. Returns the pool blocks those passes need
+/// (what the offload actor is asked to make room for).
+int32_t plan_prefill_pass(KvStore& kv, AdmitBatch& b, int32_t chunk) {
+  int32_t wanted = 0;
   for (AdmitItem& it : b.items) {
     if (it.seq < 0) continue;
     const auto context = static_cast<int32_t>(it.context.size());
     it.prefill_end = kv.host_tier() ? std::min(context, it.prefilled + chunk) : context;
-    if (it.prefill_end == it.prefilled) continue;
+    if (it.prefill_end > it.prefilled) wanted += kv.blocks_needed(it.seq, it.prefill_end);
+  }
+  return wanted;
+}
+
+/// Reserves every item's planned prefill pass. With a host tier an item the pool cannot
+/// serve yet (the blocks that could move are not committed yet) waits a pass while
+/// others progress; when none can progress, the waiting ones fail. Returns whether any
+/// item has a pass to run.
+bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b) {
+  std::vector<std::pair<AdmitItem*, std::string>> waiting;
+  bool progress = false;
+  for (AdmitItem& it : b.items) {
+    if (it.seq < 0 || it.prefill_end == it.prefilled) continue;
     try {
-      try {
-        reserve_offloading(kv, it.seq, it.prefill_end);  // oldest blocks to the host first
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::out_of_capacity || !drop_view_copies(kv)) throw;
-        reserve_offloading(kv, it.seq, it.prefill_end);  // SpecPV view copies gave their blocks back
-      }
+      kv.reserve(it.seq, it.prefill_end);
       progress = true;
     } catch (const Error& e) {
       if (kv.host_tier() && e.code() == ErrorCode::out_of_capacity) {
@@ -70,7 +65,7 @@ bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b, int32_t chunk) {
   return progress;
 }
 
-void admit(KvStore& kv, AdmitBatch& b, int32_t chunk) {
+void admit(KvStore& kv, AdmitBatch& b) {
   Stopwatch clock;
   for (AdmitItem& it : b.items) {
     try {
@@ -81,13 +76,11 @@ void admit(KvStore& kv, AdmitBatch& b, int32_t chunk) {
     }
     it.prefilled = it.cached;
   }
-  reserve_prefill_pass(kv, b, chunk);
   b.commit_ms += clock.elapsed_ms();
 }
 
-/// Commits the pass the verifier just prefilled. Returns true when some item has more
-/// context to prefill (offload: chunk by chunk); that next pass is reserved then.
-bool commit_prefill(KvStore& kv, AdmitBatch& b, int32_t chunk) {
+/// Commits the pass the verifier just prefilled.
+void commit_prefill(KvStore& kv, AdmitBatch& b) {
   Stopwatch clock;
   for (AdmitItem& it : b.items) {
     if (it.seq < 0) continue;
@@ -100,9 +93,24 @@ bool commit_prefill(KvStore& kv, AdmitBatch& b, int32_t chunk) {
       it.seq = -1;
     }
   }
-  const bool more = reserve_prefill_pass(kv, b, chunk);
   b.commit_ms += clock.elapsed_ms();
-  return more;
+}
+
+/// SpecPV: a full round after partial ones rewrites the K/V they left (never below what
+/// a full verification checked, so no prefix-cached block is touched). Returns the pool
+/// blocks the round's reserves need then.
+int32_t rewind(KvStore& kv, RoundBatch& b) {
+  int32_t wanted = 0;
+  for (RoundItem& it : b.items) {
+    if (!it.error.empty()) continue;
+    try {
+      if (it.rewind_to >= 0 && it.rewind_to < kv.length(it.seq)) kv.truncate(it.seq, it.rewind_to);
+      wanted += kv.blocks_needed(it.seq, kv.length(it.seq) + it.layout().size());
+    } catch (const std::exception& e) {
+      it.error = e.what();
+    }
+  }
+  return wanted;
 }
 
 void reserve(KvStore& kv, RoundBatch& b) {
@@ -110,55 +118,12 @@ void reserve(KvStore& kv, RoundBatch& b) {
   for (RoundItem& it : b.items) {
     if (!it.error.empty()) continue;
     try {
-      // SpecPV: a full round after partial ones rewrites the K/V they left (never below
-      // what a full verification checked, so no prefix-cached block is touched).
-      if (it.rewind_to >= 0 && it.rewind_to < kv.length(it.seq)) kv.truncate(it.seq, it.rewind_to);
-      const int32_t new_length = kv.length(it.seq) + it.layout().size();
-      try {
-        reserve_offloading(kv, it.seq, new_length);
-      } catch (const Error& e) {
-        // SpecPV view copies are a cache: the pool's sequences come first.
-        if (e.code() != ErrorCode::out_of_capacity || !drop_view_copies(kv)) throw;
-        reserve_offloading(kv, it.seq, new_length);
-      }
+      kv.reserve(it.seq, kv.length(it.seq) + it.layout().size());
     } catch (const std::exception& e) {
       it.error = e.what();
     }
   }
   b.times.reserve_ms += clock.elapsed_ms();
-}
-
-/// SpecPV over the host tier: after a refresh, the host-tier blocks of the sequence's
-/// next views are copied into pool blocks it holds until the next refresh, so its
-/// partial rounds read them from the pool. Room for the copies is made as for a reserve
-/// (older blocks move to the host; those of the view then need copies too, so the host
-/// part is looked at again). A pool that still cannot hold them leaves the sequence
-/// without copies: its partial rounds read the whole prefix (counted by the verifier);
-/// the round itself does not fail.
-void make_view_copies(KvStore& kv, RoundItem& it) {
-  std::vector<std::vector<int32_t>> on_host(it.view_sets.size());
-  auto host_part = [&] {
-    const int32_t h = kv.host_blocks(it.seq);
-    int32_t most = 0;
-    for (size_t l = 0; l < on_host.size(); ++l) {
-      const std::vector<int32_t>& set = it.view_sets[l];
-      on_host[l].assign(set.begin(), std::lower_bound(set.begin(), set.end(), h));
-      most = std::max(most, static_cast<int32_t>(on_host[l].size()));
-    }
-    return most;
-  };
-  try {
-    kv.drop_view_copies(it.seq);  // their blocks count as free for the new ones
-    for (int pass = 0; pass < 3; ++pass) {
-      const int32_t needed = host_part();
-      if (needed <= kv.free_blocks() || make_pool_room(kv, needed) == 0) break;
-    }
-    host_part();
-    it.host_view.copy_bytes = kv.set_view_copies(it.seq, on_host);
-  } catch (const Error& e) {
-    it.host_view.copies_refused = true;
-    if (e.code() != ErrorCode::out_of_capacity) spdlog::warn("SpecPV view copies: {}", e.what());
-  }
 }
 
 /// After the verdict the pool must hold exactly the accepted prefix: recomputed tokens,
@@ -187,7 +152,6 @@ void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
       }
     }
     kv.truncate(it.seq, kv.length(it.seq));
-    if (it.error.empty() && !it.view_sets.empty()) make_view_copies(kv, it);
   }
   b.times.commit_ms += clock.elapsed_ms();
 }
@@ -202,11 +166,17 @@ void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
 struct KvRouterState {
   KvRouterDeps deps;
   bool sink_lent = false;  ///< a PrefillWork or VerifyWork is with the verifier
+  /// The offload actor's latest copy event: every forward from now on waits on it.
+  CopyFence fence;
   std::vector<caf::typed_response_promise<std::string>> metrics_waiting;
 
   std::string metrics() const {
     nlohmann::json j = kv_write_metrics(*deps.sink);
-    if (deps.kv->host_tier()) j["offload"] = offload_metrics(*deps.kv);
+    if (deps.kv->host_tier()) {
+      j["offload"] = offload_metrics(*deps.kv);
+      if (deps.offload_stats)
+        j["offload"]["actor"] = offload_actor_metrics(*deps.offload_stats, deps.offload_write_back.get());
+    }
     return j.dump();
   }
   /// The verifier is done with the sink: answer the queries that waited for it.
@@ -226,28 +196,71 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
     st->sink_lent = true;
     self->send(st->deps.peers->verifier, std::move(work));
   };
+  // Runs `then` once the pool has `wanted` free blocks or the offload actor has moved
+  // what it could (its answer carries the event after the moves). The router awaits the
+  // answer: none of its other messages runs meanwhile, so the store has one writer.
+  auto with_room = [self, st](int32_t wanted, std::function<void()> then) {
+    const offload_actor& offload = st->deps.peers->offload;
+    if (!offload || wanted <= st->deps.kv->free_blocks()) return then();
+    self->request(offload, caf::infinite, PoolRoomWork{wanted})
+        .await(
+            [st, then](PoolRoomDone& done) {
+              if (!done.fence.empty()) st->fence = std::move(done.fence);
+              then();
+            },
+            [then](caf::error& err) {
+              spdlog::warn("kv-router: the offload actor did not answer: {}", caf::to_string(err));
+              then();  // the reserves fail with their own out_of_capacity errors
+            });
+  };
+  // Reserves the planned prefill pass, then sends it to the verifier or, when no item
+  // has one left, the batch back to the scheduler.
+  auto next_pass = [self, st, to_verifier, with_room](std::shared_ptr<AdmitBatch> b) {
+    KvStore& kv = *st->deps.kv;
+    const int32_t wanted = plan_prefill_pass(kv, *b, st->deps.prefill_chunk);
+    with_room(wanted, [self, st, to_verifier, b] {
+      Stopwatch clock;
+      const bool more = reserve_prefill_pass(*st->deps.kv, *b);
+      b->commit_ms += clock.elapsed_ms();
+      if (more) to_verifier(PrefillWork{std::move(*b), st->fence});
+      else self->send(st->deps.peers->scheduler, AdmitDone{std::move(*b)});
+    });
+  };
   return {
-      [st, to_verifier](AdmitWork& w) {
-        admit(*st->deps.kv, w.b, st->deps.prefill_chunk);
-        to_verifier(PrefillWork{std::move(w.b)});
+      [st, next_pass](AdmitWork& w) {
+        admit(*st->deps.kv, w.b);
+        next_pass(std::make_shared<AdmitBatch>(std::move(w.b)));
       },
-      [self, st, to_verifier](PrefillDone& w) {
-        const bool more = commit_prefill(*st->deps.kv, w.b, st->deps.prefill_chunk);
+      [st, next_pass](PrefillDone& w) {
+        commit_prefill(*st->deps.kv, w.b);
         st->sink_returned();
-        if (more) {
-          to_verifier(PrefillWork{std::move(w.b)});  // the next chunk
-        } else {
-          self->send(st->deps.peers->scheduler, AdmitDone{std::move(w.b)});
-        }
+        next_pass(std::make_shared<AdmitBatch>(std::move(w.b)));  // the next chunk, if any
       },
-      [st, to_verifier](ReserveWork& w) {
-        reserve(*st->deps.kv, w.b);
-        to_verifier(VerifyWork{std::move(w.b)});
+      [st, to_verifier, with_room](ReserveWork& w) {
+        auto b = std::make_shared<RoundBatch>(std::move(w.b));
+        const int32_t wanted = rewind(*st->deps.kv, *b);
+        with_room(wanted, [st, to_verifier, b] {
+          reserve(*st->deps.kv, *b);
+          to_verifier(VerifyWork{std::move(*b), st->fence});
+        });
       },
       [self, st](VerifyDone& w) {
         commit_round(*st->deps.kv, *st->deps.sink, w.b);
         st->sink_returned();
-        self->send(st->deps.peers->scheduler, RoundDone{std::move(w.b)});
+        const bool views = std::any_of(w.b.items.begin(), w.b.items.end(),
+                                       [](const RoundItem& it) { return !it.view_sets.empty(); });
+        if (!views || !st->deps.peers->offload) return self->send(st->deps.peers->scheduler, RoundDone{std::move(w.b)});
+        // SpecPV over the host tier: the offload actor brings the views' host blocks back.
+        self->request(st->deps.peers->offload, caf::infinite, ViewCopyWork{std::move(w.b)})
+            .await([self, st](ViewCopyDone& done) {
+              if (!done.fence.empty()) st->fence = std::move(done.fence);
+              self->send(st->deps.peers->scheduler, RoundDone{std::move(done.b)});
+            },
+            [](caf::error& err) {
+              // The batch went with the request: its requests cannot finish (a bug or a
+              // dead offload actor, which only ends with the pipeline).
+              spdlog::error("kv-router: the offload actor failed a view copy: {}", caf::to_string(err));
+            });
       },
       [st](ReleaseWork& w) {
         KvStore& kv = *st->deps.kv;

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "actors/interfaces.h"
+#include "actors/offload_actor.h"
 #include <nlohmann/json.hpp>
 
 #include "kvstore/kv_store.h"
@@ -23,6 +24,10 @@ struct KvRouterDeps {
   /// With a host tier: context tokens per sequence per admission pass (each pass is
   /// committed before the next, so older blocks can move to the host in between).
   int32_t prefill_chunk = 256;
+  /// With a host tier: the offload actor's counters (`offload.actor` metrics) and its
+  /// copy queue (null on a device). The actor itself is peers->offload.
+  std::shared_ptr<const OffloadActorStats> offload_stats;
+  std::shared_ptr<const WriteBackQueue> offload_write_back;
 };
 
 /// The kv_write strategy's counters: pool traffic, and a plugin's own metrics.

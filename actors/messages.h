@@ -17,6 +17,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cpu/sampling.h"
+#include "kvstore/async_write_back.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/partial_view.h"
 #include "pipeline/drafter.h"
@@ -74,7 +75,12 @@ struct AdmitBatch {
   double prefill_ms = 0, commit_ms = 0;
 };
 struct AdmitWork { AdmitBatch b; };    ///< scheduler -> kv-router
-struct PrefillWork { AdmitBatch b; };  ///< kv-router -> verifier
+/// kv-router -> verifier. `fence`: the offload actor's moves to the host so far (CPU copy
+/// thread); the forward waits on it before it reads the host tier or writes the pool.
+struct PrefillWork {
+  AdmitBatch b;
+  CopyFence fence;
+};
 struct PrefillDone { AdmitBatch b; };  ///< verifier -> kv-router
 struct AdmitDone { AdmitBatch b; };    ///< kv-router -> scheduler
 
@@ -169,9 +175,32 @@ struct RoundBatch {
 };
 struct DraftWork { RoundBatch b; };    ///< scheduler -> draft
 struct ReserveWork { RoundBatch b; };  ///< draft -> kv-router
-struct VerifyWork { RoundBatch b; };   ///< kv-router -> verifier
+struct VerifyWork {  ///< kv-router -> verifier; `fence` as in PrefillWork
+  RoundBatch b;
+  CopyFence fence;
+};
 struct VerifyDone { RoundBatch b; };   ///< verifier -> kv-router
 struct RoundDone { RoundBatch b; };    ///< kv-router -> scheduler
+
+// ---- offload (actors/offload_actor.h) -----------------------------------------------
+// The kv-router awaits each answer: it lends the store to the offload actor and touches
+// it again only when the answer is back (one writer at a time).
+
+/// kv-router -> offload: make `wanted` pool blocks free (free + evictable) before reserves.
+struct PoolRoomWork { int32_t wanted = 0; };
+/// offload -> kv-router: what moved, and the event after the moves (empty: none queued,
+/// or a device model orders them inside its forward).
+struct PoolRoomDone {
+  int64_t blocks_moved = 0;
+  CopyFence fence;
+};
+/// kv-router -> offload after a verdict: the SpecPV view copies of the items with
+/// view_sets (host-tier blocks brought back into pool copies).
+struct ViewCopyWork { RoundBatch b; };
+struct ViewCopyDone {  ///< offload -> kv-router
+  RoundBatch b;
+  CopyFence fence;
+};
 
 }  // namespace specpipe::actors
 

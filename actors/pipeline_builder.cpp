@@ -8,8 +8,10 @@
 
 #include "actors/draft_actor.h"
 #include "actors/kv_router_actor.h"
+#include "actors/offload_actor.h"
 #include "actors/verifier_actor.h"
 #include "core/error.h"
+#include "kvstore/async_write_back.h"
 #include "model/load_model.h"
 #include "model/open_model.h"
 #include "pipeline/gamma.h"
@@ -87,7 +89,8 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                   .drafter = nullptr,
                   .tokenizer = Tokenizer::from_file(target_dir / "tokenizer.json"),
                   .scheduler = {},
-                  .prefill_chunk = c.scheduler.prefill_chunk};
+                  .prefill_chunk = c.scheduler.prefill_chunk,
+                  .offload_write_back = nullptr};
   KvStoreConfig kv_config = p.target->kv_config(blocks, c.kv.block_size);
   kv_config.prefix_cache = c.kv.prefix_cache;
   const bool partial_views = c.slots.verify_view != "full";
@@ -118,9 +121,15 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                                 kv_config.block_size, p.target->kv_dtype()};
     try {
       p.target->enable_layer_ring(c.offload.ring_slots, c.offload.overlap);  // ring_slots < 2 before any allocation
-      p.kv->attach_host_tier(
-          std::make_unique<HostKvTier>(layout, c.offload.host_bytes, p.target->host_memory_allocator()),
-          p.target->host_tier_copier());
+      auto tier = std::make_unique<HostKvTier>(layout, c.offload.host_bytes, p.target->host_memory_allocator());
+      HostTierCopier host_copier = p.target->host_tier_copier();
+      if (kv_config.host_tensors && c.offload.overlap) {
+        // CPU: the offload actor's moves run on a copy thread beside the forward
+        // (kvstore/async_write_back.h); with overlap off they copy in line, as before.
+        p.offload_write_back = std::make_shared<WriteBackQueue>(std::make_shared<ThreadCopyStream>());
+        host_copier = async_host_copier(p.offload_write_back, p.kv->tensors(), *tier);
+      }
+      p.kv->attach_host_tier(std::move(tier), std::move(host_copier));
     } catch (const Error& e) {
       fail(e.code(), "offload: {}", e.what());
     }
@@ -192,7 +201,13 @@ std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const Pip
   auto peers = std::make_shared<Peers>();
   peers->verifier = system.spawn(
       verifier, VerifierDeps{peers, parts.target, parts.kv, parts.sink, parts.prefill_chunk, parts.view_planner != nullptr});
-  peers->kv_router = system.spawn(kv_router, KvRouterDeps{peers, parts.kv, parts.sink, parts.prefill_chunk});
+  std::shared_ptr<OffloadActorStats> offload_stats;
+  if (parts.kv->host_tier()) {
+    offload_stats = std::make_shared<OffloadActorStats>();
+    peers->offload = system.spawn(offload, OffloadDeps{parts.kv, parts.offload_write_back, offload_stats, OffloadPolicy::longest});
+  }
+  peers->kv_router = system.spawn(
+      kv_router, KvRouterDeps{peers, parts.kv, parts.sink, parts.prefill_chunk, offload_stats, parts.offload_write_back});
   peers->draft = system.spawn(draft, DraftDeps{peers, parts.drafter});
   peers->scheduler =
       spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner, parts.view_planner});

@@ -9,6 +9,7 @@
 
 #include "actors/interfaces.h"
 #include "actors/scheduler_actor.h"
+#include "kvstore/async_write_back.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/kv_write_sink.h"
 #include "model/tokenizer/tokenizer.h"
@@ -31,6 +32,9 @@ struct PipelineParts {
   Tokenizer tokenizer;
   SchedulerConfig scheduler;
   int32_t prefill_chunk = 256;
+  /// Offload on the CPU: the copy thread of the store's moves to the host tier (null on
+  /// a device, where the target's ring copies them, or with offload.overlap off).
+  std::shared_ptr<WriteBackQueue> offload_write_back;
 };
 
 /// Loads models and tokenizer on the configured device and sizes the stores (kv.tokens,

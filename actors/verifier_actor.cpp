@@ -262,6 +262,17 @@ void verify(VerifierState& st, RoundBatch& b) {
   b.times.verify_ms += clock.elapsed_ms();
 }
 
+/// Waits for the offload actor's copies; a failed copy fails the batch's items.
+template <typename Items>
+void wait_for_moves(const CopyFence& fence, Items& items) {
+  try {
+    fence.wait();
+  } catch (const std::exception& e) {
+    for (auto& it : items)
+      if (it.error.empty()) it.error = std::string("offload copy failed: ") + e.what();
+  }
+}
+
 }  // namespace
 
 verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDeps deps) {
@@ -273,11 +284,16 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDep
     st->summariser = st->deps.target->key_summariser();
   }
   return {
+      // The offload actor's moves are copied by the time the forward reads the host tier
+      // or writes a pool block they free (one wait per forward on the CPU; on a device
+      // the fence is empty and the ring orders them per layer).
       [self, st](PrefillWork& w) {
+        wait_for_moves(w.fence, w.b.items);
         prefill(*st, w.b);
         self->send(st->deps.peers->kv_router, PrefillDone{std::move(w.b)});
       },
       [self, st](VerifyWork& w) {
+        wait_for_moves(w.fence, w.b.items);
         verify(*st, w.b);
         self->send(st->deps.peers->kv_router, VerifyDone{std::move(w.b)});
       },

@@ -50,6 +50,15 @@ inline void expect_drained_after_offload(actors::Engine& engine) {
   ASSERT_TRUE(m.contains("offload")) << m.dump();
   EXPECT_GT(m["offload"]["bytes_to_host"].get<int64_t>(), 0) << m.dump();
   EXPECT_GT(m["offload"]["ring_loads"].get<int64_t>(), 0) << m.dump();
+  // The moves were the offload actor's (the kv-router asked it for room), and on the CPU
+  // with overlap they ran on its copy thread.
+  ASSERT_TRUE(m["offload"].contains("actor")) << m.dump();
+  const nlohmann::json& a = m["offload"]["actor"];
+  EXPECT_GT(a["room_moves"].get<int64_t>(), 0) << m.dump();
+  EXPECT_EQ(a["blocks_moved"].get<int64_t>(), m["offload"]["blocks_to_host"].get<int64_t>()) << m.dump();
+  if (a["async_copies"].get<bool>()) {
+    EXPECT_EQ(a["copies_queued"].get<int64_t>(), a["blocks_moved"].get<int64_t>()) << m.dump();
+  }
 }
 
 }  // namespace specpipe::test
