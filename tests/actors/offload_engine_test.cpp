@@ -90,6 +90,22 @@ TEST(OffloadConcurrent, BatchedRequestsEqualTheGoldenOutput) {
   expect_drained_after_offload(engine);
 }
 
+// offload.overlap false: the moves copy in line inside the offload actor (the seed's
+// synchronous way, no copy thread), the ring's loads too; the outputs are the same.
+TEST(OffloadSynchronous, PublicCasesEqualTheGoldenOutputWithoutOverlap) {
+  PipelineConfig config = offload_config({"ngram", DrafterKind::ngram, false, false});
+  config.offload.overlap = false;
+  actors::Engine engine(config);
+  const auto& cases = test::golden_public()["cases"];
+  for (size_t i : {0u, 5u, 10u}) {
+    const actors::Completion got = engine.generate(test::greedy_request(test::ids(cases[i]["prompt_ids"]), 96));
+    ASSERT_EQ(got.reason, FinishReason::length) << got.error;
+    EXPECT_EQ(got.tokens, test::expected_greedy(cases[i])) << "case " << i;
+  }
+  expect_drained_after_offload(engine);
+  EXPECT_FALSE(engine.strategy_metrics()["offload"]["actor"]["async_copies"].get<bool>());
+}
+
 // Requests cancelled while the offload actor moves blocks under load (six requests through
 // a 256-token pool, two cancelled as soon as they are submitted, one after its first
 // tokens): the others still give the golden tokens, the cancelled ones a prefix of theirs,
