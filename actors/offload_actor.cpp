@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <exception>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -94,7 +96,16 @@ offload_actor::behavior_type offload(offload_actor::pointer /*self*/, OffloadDep
         for (RoundItem& it : w.b.items)
           if (it.error.empty() && it.seq >= 0 && st->deps.kv->contains(it.seq) && !it.view_sets.empty()) {
             const int64_t before = st->to_host();
-            make_view_copies(*st->deps.kv, st->deps.policy, it);
+            // make_view_copies turns the store's errors into a fallback to whole-prefix
+            // reads; anything else (std::bad_alloc, ...) fails this request with its
+            // reason. The batch must go back whatever happens: the router handed it over
+            // with this message, and an actor that threw would answer with an error
+            // instead, leaving every request in the batch waiting for ever.
+            try {
+              make_view_copies(*st->deps.kv, st->deps.policy, it);
+            } catch (const std::exception& e) {
+              it.error = std::string("SpecPV view copies: ") + e.what();
+            }
             st->deps.stats->blocks_moved.fetch_add(st->to_host() - before);
             st->deps.stats->view_bytes.fetch_add(it.host_view.copy_bytes);
           }
