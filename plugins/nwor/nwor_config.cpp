@@ -58,8 +58,10 @@ NworConfig parse_config(const char* json_text, const specpipe_model_desc& model)
   }
   if (!max_rows_given) {
     // The largest round the host can run: every sequence of a full batch with the
-    // longest window (max_gamma drafts + the pending token).
-    const int64_t rows = (static_cast<int64_t>(model.max_gamma) + 1) * model.max_batch;
+    // longest window (pipeline/gamma.h, largest_window): max_gamma drafts, the pending
+    // token and the token recomputed after a failed commit. One row short per sequence
+    // would not corrupt anything, but such a round would fall back (window_too_large).
+    const int64_t rows = (static_cast<int64_t>(model.max_gamma) + 2) * model.max_batch;
     if (rows <= 0 || rows > kMaxRowsLimit)
       fail_config("'max_rows' has no usable default from the model (max_gamma " + std::to_string(model.max_gamma) +
                   ", max_batch " + std::to_string(model.max_batch) + "); set it explicitly");

@@ -15,8 +15,8 @@ struct NworConfig {
 };
 
 /// Parses `json_text` (a JSON object; NULL or empty text = all defaults). `max_rows`
-/// defaults to (model.max_gamma + 1) * model.max_batch. Throws HookError with
-/// SPECPIPE_ERR_CONFIG and a message naming the key for an unknown key or a bad value.
+/// defaults to (model.max_gamma + 2) * model.max_batch (the longest window). Throws
+/// HookError with SPECPIPE_ERR_CONFIG and a message naming the key for an unknown key or a bad value.
 NworConfig parse_config(const char* json_text, const specpipe_model_desc& model);
 
 }  // namespace nwor

@@ -196,12 +196,12 @@ TEST_F(NworPluginTest, AHostThatDeclinesAWriteFailsTheCommit) {
 }
 
 TEST_F(NworPluginTest, DeclinesWindowsLargerThanTheBuffer) {
-  create();  // default max_rows = (max_gamma + 1) * max_batch = 15
+  create();  // default max_rows = (max_gamma + 2) * max_batch = 18
   std::mt19937 rng(13);
-  Round fits = Round::make({5, 5, 5}, rng);
+  Round fits = Round::make({6, 6, 6}, rng);  // a full batch of the longest windows
   ASSERT_EQ(begin(fits), SPECPIPE_OK) << error_;
   hooks().abort(instance_);
-  Round too_large = Round::make({5, 5, 5, 1}, rng);
+  Round too_large = Round::make({6, 6, 6, 1}, rng);
   EXPECT_EQ(begin(too_large), SPECPIPE_DECLINED);
   EXPECT_NE(std::string(error_).find("window_too_large"), std::string::npos) << error_;
   EXPECT_EQ(stage(too_large, 0), SPECPIPE_ERR_INVALID_ARGUMENT) << "a declined round stages nothing";

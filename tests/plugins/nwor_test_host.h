@@ -23,7 +23,7 @@ constexpr int32_t kHeadDim = 4;
 constexpr int32_t kKvDim = kKvHeads * kHeadDim;
 constexpr int32_t kMaxGamma = 4;
 constexpr int32_t kMaxBatch = 3;
-constexpr int64_t kDefaultRows = (kMaxGamma + 1) * kMaxBatch;
+constexpr int64_t kDefaultRows = (kMaxGamma + 2) * kMaxBatch;  ///< the longest window, max_gamma + 2, per sequence
 constexpr int64_t kPoolSlots = 128;
 constexpr int64_t kRowBytesKv = kKvDim * 4 * 2;  ///< one token's K + V bytes in one layer
 
