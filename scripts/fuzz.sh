@@ -51,7 +51,7 @@ declare -A sources=(
   [config]="model/config.cpp"
   [tokenizer_text]="$tokenizer"
   [tokenizer_json]="$tokenizer"
-  [pipeline_yaml]="pipeline/pipeline_config_yaml.cpp pipeline/pipeline_config_emit.cpp pipeline/pipeline_config.cpp pipeline/config_section.cpp pipeline/plugin_library.cpp model/load_model.cpp model/safetensors.cpp core/device.cpp"
+  [pipeline_yaml]="pipeline/pipeline_config_yaml.cpp pipeline/pipeline_config_emit.cpp pipeline/pipeline_config.cpp pipeline/gamma.cpp pipeline/config_section.cpp pipeline/plugin_library.cpp model/load_model.cpp model/safetensors.cpp core/device.cpp"
   [protocol]="server/protocol.cpp pipeline/spec_stats.cpp pipeline/generation.cpp $tokenizer"
   [http]="server/http/openai_request.cpp server/http/chat_template.cpp $tokenizer"
 )
