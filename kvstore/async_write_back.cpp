@@ -1,6 +1,5 @@
 #include "kvstore/async_write_back.h"
 
-#include <algorithm>
 #include <utility>
 
 namespace specpipe {
@@ -8,13 +7,8 @@ namespace specpipe {
 WriteBackQueue::WriteBackQueue(std::shared_ptr<CopyStream> stream) : stream_(std::move(stream)) {}
 
 void WriteBackQueue::to_host(const KvTensors& pool, HostKvTier& tier, int32_t pool_block, int32_t host_block) {
-  const CopyStream::Ticket t = stream_->enqueue([&pool, &tier, pool_block, host_block] {
-    const int64_t floats = tier.block_floats();
-    for (int32_t layer = 0; layer < tier.layout().num_layers; ++layer) {
-      std::copy_n(pool.k(layer) + pool_block * floats, floats, tier.k(layer) + host_block * floats);
-      std::copy_n(pool.v(layer) + pool_block * floats, floats, tier.v(layer) + host_block * floats);
-    }
-  });
+  const CopyStream::Ticket t = stream_->enqueue(
+      [&pool, &tier, pool_block, host_block] { copy_block_to_host(pool, tier, pool_block, host_block); });
   last_.store(t);
   blocks_.fetch_add(1);
 }

@@ -1,8 +1,10 @@
 #include "kvstore/host_tier.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
+#include "kvstore/kv_tensors.h"
 
 namespace specpipe {
 namespace {
@@ -86,6 +88,22 @@ float* HostKvTier::floats(int32_t layer, int32_t which) {
     fail(ErrorCode::invalid_argument, "KV host tier: its K/V are {}, not F32 (k_data / v_data)",
          dtype_name(layout_.dtype));
   return reinterpret_cast<float*>(layer_base(layer, which));
+}
+
+void copy_block_to_host(const KvTensors& pool, HostKvTier& tier, int32_t pool_block, int32_t host_block) {
+  const int64_t floats = tier.block_floats();
+  for (int32_t layer = 0; layer < tier.layout().num_layers; ++layer) {
+    std::copy_n(pool.k(layer) + pool_block * floats, floats, tier.k(layer) + host_block * floats);
+    std::copy_n(pool.v(layer) + pool_block * floats, floats, tier.v(layer) + host_block * floats);
+  }
+}
+
+void copy_block_to_pool(const HostKvTier& tier, KvTensors& pool, int32_t host_block, int32_t pool_block) {
+  const int64_t floats = tier.block_floats();
+  for (int32_t layer = 0; layer < tier.layout().num_layers; ++layer) {
+    std::copy_n(tier.k(layer) + host_block * floats, floats, pool.k(layer) + pool_block * floats);
+    std::copy_n(tier.v(layer) + host_block * floats, floats, pool.v(layer) + pool_block * floats);
+  }
 }
 
 }  // namespace specpipe

@@ -101,4 +101,11 @@ class HostKvTier {
   unsigned char* memory_ = nullptr;  // [layers][K, V][blocks, block_size, kv_heads, head_dim]
 };
 
+class KvTensors;
+
+/// One whole block (every layer, K and V) between a float32 pool on the host and the
+/// tier: the store's in-line copies and the CPU's copy thread (async_write_back.h).
+void copy_block_to_host(const KvTensors& pool, HostKvTier& tier, int32_t pool_block, int32_t host_block);
+void copy_block_to_pool(const HostKvTier& tier, KvTensors& pool, int32_t host_block, int32_t pool_block);
+
 }  // namespace specpipe

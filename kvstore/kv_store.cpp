@@ -308,22 +308,14 @@ int32_t KvStore::blocks_freed_by_offload(SeqId seq, int32_t blocks) const {
 
 void KvStore::copy_to_host(int32_t pool_block, int32_t host_block) {
   if (host_copier_.to_host) return host_copier_.to_host(pool_block, host_block);
-  const int64_t floats = host_->block_floats();
-  for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
-    std::copy_n(tensors_.k(layer) + pool_block * floats, floats, host_->k(layer) + host_block * floats);
-    std::copy_n(tensors_.v(layer) + pool_block * floats, floats, host_->v(layer) + host_block * floats);
-  }
+  copy_block_to_host(tensors_, *host_, pool_block, host_block);
 }
 
 void KvStore::copy_to_pool(int32_t host_block, int32_t pool_block) {
   if (host_copier_.to_pool) host_copier_.to_pool(host_block, pool_block);
   else {
     if (host_copier_.before_pool_write) host_copier_.before_pool_write();
-    const int64_t floats = host_->block_floats();
-    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
-      std::copy_n(host_->k(layer) + host_block * floats, floats, tensors_.k(layer) + pool_block * floats);
-      std::copy_n(host_->v(layer) + host_block * floats, floats, tensors_.v(layer) + pool_block * floats);
-    }
+    copy_block_to_pool(*host_, tensors_, host_block, pool_block);
   }
   ++offload_stats_.blocks_to_pool;
   offload_stats_.bytes_to_pool += host_->block_bytes();
