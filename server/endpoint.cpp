@@ -144,34 +144,29 @@ struct Endpoint::Impl {
   /// flight and their max_tokens.
   std::map<std::string, std::deque<Outgoing>> backlog;
 
-  /// Sends `o` after what already waits for its peer; `o.final` ends the request's
-  /// bookkeeping only once the final has left (its per-client share is held until then).
+  /// Sends `o` now unless its peer's pipe is full (false: `o` stays the caller's to
+  /// retry). A final ends the request's bookkeeping only once it has left: its
+  /// per-client share is held until then.
+  bool send_now(const Outgoing& o) {
+    const Sent sent = send(o.peer, o.delimiter, o.payload);
+    if (sent == Sent::full) return false;
+    if (sent == Sent::gone) peer_gone(o.peer);
+    if (o.final) finished(o.peer, o.request);
+    return true;
+  }
+
+  /// Sends `o` after what already waits for its peer.
   void deliver(Outgoing o) {
     auto waiting = backlog.find(o.peer);
-    if (waiting != backlog.end()) {
-      waiting->second.push_back(std::move(o));
-      return;
-    }
-    switch (send(o.peer, o.delimiter, o.payload)) {
-      case Sent::ok: break;
-      case Sent::full: backlog[o.peer].push_back(std::move(o)); return;
-      case Sent::gone: peer_gone(o.peer); break;
-    }
-    if (o.final) finished(o.peer, o.request);
+    if (waiting != backlog.end()) waiting->second.push_back(std::move(o));
+    else if (!send_now(o)) backlog[o.peer].push_back(std::move(o));
   }
 
   /// Another try for every peer with a backlog, oldest reply first.
   void retry_backlog() {
     for (auto it = backlog.begin(); it != backlog.end();) {
       std::deque<Outgoing>& queue = it->second;
-      while (!queue.empty()) {
-        Outgoing& o = queue.front();
-        const Sent sent = send(o.peer, o.delimiter, o.payload);
-        if (sent == Sent::full) break;
-        if (sent == Sent::gone) peer_gone(o.peer);
-        if (o.final) finished(o.peer, o.request);
-        queue.pop_front();
-      }
+      while (!queue.empty() && send_now(queue.front())) queue.pop_front();
       it = queue.empty() ? backlog.erase(it) : std::next(it);
     }
   }
