@@ -23,6 +23,12 @@ gpu_bundle_env() {
   return 0
 }
 
+# After gpu_bundle_env: the card, the bundle's commit and the time into
+# $out/<name>_environment.txt, so each result names what produced it.
+gpu_environment() {  # name
+  { nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; date -u; } >"$out/$1_environment.txt"
+}
+
 # For the scripts that run the engine's binaries (engine_check.sh, draft_ahead.sh), after
 # gpu_bundle_env: where the tests find the sources, models and plugins, and the device.
 gpu_engine_env() {

@@ -22,7 +22,7 @@ set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_gpu_generate gemm_variants
 check="$bundle/bin/specpipe_cuda_check"
-{ nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; date -u; } >"$out/gemm_variants_environment.txt"
+gpu_environment gemm_variants
 cat "$out/gemm_variants_environment.txt"
 status=0
 variants="${VARIANTS:-0 3}"
@@ -30,14 +30,12 @@ if [[ "${CHECKS:-1}" == 1 ]]; then
   timeout 150 "$check" --groups gemm >"$out/gemm_check.json" 2>"$out/gemm_check.stderr"
   rc=$?
   [[ $rc -eq 0 ]] || status=1
-  python3 - "$out/gemm_check.json" "$rc" <<'PY' || echo "gemm check: exit $rc, no report"
-import json, sys
-r = json.load(open(sys.argv[1]))
+  python3 - "$(dirname "$0")" "$out/gemm_check.json" "$rc" <<'PY' || echo "gemm check: exit $rc, no report"
+import sys
+sys.path.insert(0, sys.argv[1])
+from check_report import summarise
+r = summarise(sys.argv[2], "gemm check", sys.argv[3])
 checks = r.get("checks", [])
-bad = [c for c in checks if not c.get("pass", c.get("ok", True))]
-print(f"gemm check: {len(checks) - len(bad)}/{len(checks)} pass, exit {sys.argv[2]}")
-for c in bad:
-    print("  FAIL", json.dumps(c)[:300])
 var = [c for c in checks if "variant" in c.get("name", "")]
 print(f"  of which every variant == variant 0 bit for bit: {sum(c.get('pass', False) for c in var)}/{len(var)} pass")
 for t in r.get("timings", []):

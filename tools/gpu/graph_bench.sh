@@ -16,7 +16,7 @@
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_gpu_generate graph_bench
-{ nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; } >"$out/graph_bench_environment.txt"
+gpu_environment graph_bench
 
 status=0
 # Each entry: output name, then the arguments. SYNTHETIC_RUNS (space-separated entries of

@@ -36,7 +36,7 @@
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_gpu_generate long_context
-{ nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; } >"$out/long_context_environment.txt"
+gpu_environment long_context
 status=0
 # run_tool JSON LIMIT ARGS...: "$exe" ARGS with stdout to JSON and stderr beside it, under
 # RUN_TIMEOUT (else LIMIT seconds); sets rc, and status=1 when it failed.

@@ -22,7 +22,7 @@ set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_specpv_gpu specpv_check
 gpu_engine_env
-{ nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; date -u; } >"$out/specpv_environment.txt"
+gpu_environment specpv
 status=0
 
 timeout "${CHECK_TIMEOUT:-120}" "$exe" --check --context "${CHECK_CONTEXT:-1000}" >"$out/specpv_check.json" \

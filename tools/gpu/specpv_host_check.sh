@@ -12,7 +12,7 @@
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_specpv_gpu specpv_host_check
-{ nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; date -u; } >"$out/specpv_host_environment.txt"
+gpu_environment specpv_host
 status=0
 for run in ${RUNS:-llama3.1-8b:32768:bf16 llama3.1-8b:131072:bf16 qwen3-4b:131072:bf16}; do
   IFS=: read -r shape context dtype <<<"$run"

@@ -20,7 +20,7 @@ set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpv_offload_test specpv_host_e2e
 gpu_engine_env
-{ nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; date -u; } >"$out/specpv_host_e2e_environment.txt"
+gpu_environment specpv_host_e2e
 status=0
 
 timeout "${SUITE_TIMEOUT:-180}" "$bundle/bin/specpv_offload_test" --gtest_brief=1 >"$out/specpv_offload_test.txt" 2>&1

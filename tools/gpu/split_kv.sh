@@ -24,7 +24,7 @@ set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_gpu_generate split_kv
 check="$bundle/bin/specpipe_cuda_check"
-{ nvidia-smi -L 2>&1; cat "$bundle/COMMIT" 2>/dev/null; date -u; } >"$out/split_kv_environment.txt"
+gpu_environment split_kv
 status=0
 if [[ "${CHECKS:-1}" == 1 ]]; then
   for split in ${CHECK_SPLITS:-2 3 4 0}; do
@@ -32,14 +32,11 @@ if [[ "${CHECKS:-1}" == 1 ]]; then
     SPECPIPE_ATTENTION_SPLIT=$((split > 0)) SPECPIPE_ATTENTION_SPLIT_BLOCKS=$split timeout 240 "$check" --groups attention >"$json" 2>"${json%.json}.stderr"
     rc=$?
     [[ $rc -eq 0 ]] || status=1
-    python3 - "$json" "$split" "$rc" <<'PY' || echo "attention check split=$2: exit $rc, no report"
-import json, sys
-r = json.load(open(sys.argv[1]))
-checks = r.get("checks", [])
-bad = [c for c in checks if not c.get("pass", c.get("ok", True))]
-print(f"attention check split={sys.argv[2]}: {len(checks) - len(bad)}/{len(checks)} pass, exit {sys.argv[3]}")
-for c in bad:
-    print("  FAIL", json.dumps(c)[:300])
+    python3 - "$(dirname "$0")" "$json" "$split" "$rc" <<'PY' || echo "attention check split=$split: exit $rc, no report"
+import sys
+sys.path.insert(0, sys.argv[1])
+from check_report import summarise
+r = summarise(sys.argv[2], f"attention check split={sys.argv[3]}", sys.argv[4])
 print("  attention alone, us (8B shape, eager, one launch pair):",
       ", ".join(f"{t['name'].split('context ')[1]}: {t['us']:.1f}" for t in r.get("timings", [])))
 PY
