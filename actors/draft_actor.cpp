@@ -80,12 +80,14 @@ draft_actor::behavior_type draft(draft_actor::pointer self, DraftDeps deps) {
       },
       [self, st](DraftWork& w) {
         propose(*st, w.b);
-        self->send(st->deps.peers->kv_router, ReserveWork{std::move(w.b)});
+        // Work for the next round that overlaps this round's verification, launched before
+        // the round goes on so that the round carries its event to the verifier.
         try {
-          st->deps.drafter->after_propose();  // overlaps the verification just sent
+          w.b.draft_ahead = st->deps.drafter->after_propose();
         } catch (const std::exception& e) {
           spdlog::warn("drafter {}: work ahead of the next round failed: {}", st->deps.drafter->name(), e.what());
         }
+        self->send(st->deps.peers->kv_router, ReserveWork{std::move(w.b)});
       },
       [st](KvQuery) { return st->deps.drafter->kv_occupancy().value_or(KvOccupancy{}); },
       [st](DraftFinish& w) {

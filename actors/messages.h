@@ -171,6 +171,11 @@ struct RoundBatch {
   /// Draft distributions when sampling with a model drafter: [rows, vocab] float32.
   /// Produced on the draft actor's stream; consumers acquire() it on their own.
   TensorHandle q;
+  /// The draft actor's work still running on its stream when the round left it (the
+  /// draft-ahead chain for the next round; complete: none). The verifier's forward joins
+  /// it (ForwardModel::join_next_forward): that forward's one host sync covers it, and
+  /// the drafter collects the chain without a sync of its own.
+  Event draft_ahead;
   RoundTimes times;
 };
 struct DraftWork { RoundBatch b; };    ///< scheduler -> draft

@@ -214,6 +214,9 @@ void verify(VerifierState& st, RoundBatch& b) {
     if (!st.windows.empty()) {
       st.deps.sink->begin_round(placements);
       const int64_t loaded = st.deps.target->ring_stats().bytes_loaded;
+      // The forward's one sync also covers the drafter's work ahead (its next propose
+      // then collects it without a sync).
+      st.deps.target->join_next_forward(b.draft_ahead);
       st.deps.target->forward(st.windows, *st.deps.kv, *st.deps.sink, st.logits);
       attribute_streamed(st, b, owner, st.deps.target->ring_stats().bytes_loaded - loaded);
     }

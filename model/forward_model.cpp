@@ -133,11 +133,12 @@ void ForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, 
   }
 }
 
-void ForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
-                                       KvWriteSink& sink) {
+Event ForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                        KvWriteSink& sink) {
   launched_ = false;
   forward_greedy_chain(windows, steps, kv, sink, launched_ids_);
   launched_ = true;
+  return {};
 }
 
 void ForwardModel::collect_greedy_chain(std::vector<int32_t>& ids) {

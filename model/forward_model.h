@@ -229,9 +229,20 @@ class ForwardModel {
   /// and gives its ids. One chain at a time; a forward in between is allowed (it waits
   /// for the chain first). Throws Error(invalid_argument) when nothing was launched.
   /// This default runs the chain in launch (a host model has nothing to overlap with).
-  virtual void launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
-                                   KvWriteSink& sink);
+  /// Returns the event after the chain's work on this model's stream, ids copied back
+  /// included (complete here): once it is complete, collect does not wait (a device
+  /// model then takes the ids without a host sync).
+  virtual Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                    KvWriteSink& sink);
   virtual void collect_greedy_chain(std::vector<int32_t>& ids);
+
+  /// Work of another stream that the next forward() also waits for: when that forward
+  /// returns, the work behind `e` is complete too. A device model makes its stream wait
+  /// for `e` after the forward's own work, so the forward's one host sync covers both
+  /// (the verifier's forward joins the drafter's draft-ahead chain, which the drafter
+  /// then collects without a sync of its own; ARCHITECTURE.md section 4). This default
+  /// waits on the host now (CPU events are complete).
+  virtual void join_next_forward(const Event& e) { e.synchronize(); }
 
  private:
   std::vector<int32_t> launched_ids_;  // the default launch's result, until collected

@@ -52,10 +52,13 @@ class Drafter {
   virtual void propose(std::span<const DraftItem> items, std::vector<Proposal>& out) = 0;
   /// The sequence ended; frees what start() took.
   virtual void finish(RequestId request) = 0;
-  /// Called once the round's proposals are on their way to the target: a drafter may
-  /// start work for the next round that overlaps the verification (the model drafter's
-  /// draft-ahead). It must not change what the next propose() returns.
-  virtual void after_propose() {}
+  /// Called once the round's proposals are made, before they go to the target: a
+  /// drafter may start work for the next round that overlaps the verification (the model
+  /// drafter's draft-ahead). It must not change what the next propose() returns. Returns
+  /// the event after the work it left running on stream() (complete: none); the round
+  /// carries it to the verifier, whose forward joins it (ForwardModel::join_next_forward)
+  /// so that the next propose() finds it done without a host sync.
+  virtual Event after_propose() { return {}; }
   /// The drafter's own KV store, if it has one.
   virtual std::optional<KvOccupancy> kv_occupancy() const { return std::nullopt; }
   /// The stream the drafter's device work runs on (the draft actor records the round's

@@ -163,12 +163,12 @@ void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Seq
   }
 }
 
-void ModelDrafter::after_propose() {
-  if (!draft_ahead_ || last_drafts_.empty() || ahead_running_) return;
+Event ModelDrafter::after_propose() {
+  if (!draft_ahead_ || last_drafts_.empty() || ahead_running_) return {};
   // Feed each sequence's last draft, then draft gamma + 1 more: the guess of the bonus
   // token and the next round's gamma drafts after it.
   const int32_t steps = last_gamma_ + 1;
-  if (steps > kMaxAheadSteps) return;
+  if (steps > kMaxAheadSteps) return {};
   const int32_t max_positions = model_->config().max_position_embeddings;
   ahead_requests_.clear();
   ahead_first_.clear();
@@ -185,14 +185,15 @@ void ModelDrafter::after_propose() {
     ahead_from_.push_back(from);
   }
   last_drafts_.clear();
-  if (ahead_requests_.empty()) return;
+  if (ahead_requests_.empty()) return {};
   std::vector<ForwardWindow> windows;
   for (size_t i = 0; i < ahead_requests_.size(); ++i)
     windows.push_back({sequences_.at(ahead_requests_[i]).seq, {&ahead_first_[i], 1}, LogitsMode::last, -1, true});
-  model_->launch_greedy_chain(windows, steps, kv_, writer_);
+  Event done = model_->launch_greedy_chain(windows, steps, kv_, writer_);
   ahead_running_ = true;
   ahead_steps_ = steps;
   ahead_stats_.launched += static_cast<int64_t>(windows.size());
+  return done;
 }
 
 void ModelDrafter::settle_ahead() {

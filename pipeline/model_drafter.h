@@ -41,8 +41,8 @@ class ModelDrafter final : public Drafter {
   std::optional<KvOccupancy> kv_occupancy() const override { return kv_.occupancy(); }
   Stream stream() const override { return model_->stream(); }
   /// Launches the draft-ahead chain of the last round (when on and that round was a
-  /// greedy chain).
-  void after_propose() override;
+  /// greedy chain); returns the event after it (ForwardModel::launch_greedy_chain).
+  Event after_propose() override;
 
   /// Draft-ahead counts, per sequence: chains launched, and rounds whose drafts they
   /// made (the others still keep their matching K/V).

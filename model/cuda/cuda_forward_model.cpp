@@ -163,15 +163,13 @@ void CudaForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windo
   report_chain_rows(windows, steps, kv, sink);
 }
 
-void CudaForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps,
-                                           const KvStore& kv, KvWriteSink& sink) {
+Event CudaForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                            const KvStore& kv, KvWriteSink& sink) {
   launched_on_host_ = steps > CudaTransformer::kMaxChainSteps;
-  if (launched_on_host_) {
-    ForwardModel::launch_greedy_chain(windows, steps, kv, sink);
-    return;
-  }
-  model_->launch_greedy_chain(windows, steps, kv);  // checks the windows and reservations
+  if (launched_on_host_) return ForwardModel::launch_greedy_chain(windows, steps, kv, sink);
+  Event done = model_->launch_greedy_chain(windows, steps, kv);  // checks the windows and reservations
   report_chain_rows(windows, steps, kv, sink);
+  return done;
 }
 
 void CudaForwardModel::collect_greedy_chain(std::vector<int32_t>& ids) {

@@ -66,9 +66,11 @@ class CudaForwardModel final : public ForwardModel {
                             KvWriteSink& sink, std::vector<int32_t>& ids) override;
   /// CudaTransformer::launch_greedy_chain (up to its step limit; longer chains run at
   /// once through the host loop).
-  void launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
-                           KvWriteSink& sink) override;
+  Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                            KvWriteSink& sink) override;
   void collect_greedy_chain(std::vector<int32_t>& ids) override;
+  /// CudaTransformer::join_before_sync: the next forward's one sync covers `e` too.
+  void join_next_forward(const Event& e) override { model_->join_before_sync(e); }
 
  private:
   /// The rows a greedy chain of `steps` writes: each window's tokens, then a token per step.

@@ -12,6 +12,7 @@
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_cache.h"
+#include "model/cuda/cuda_forward_model.h"
 #include "model/cuda/decoder_step.h"
 #include "model/cuda/device_memory.h"
 #include "model/cuda/device_ring.h"
@@ -58,6 +59,7 @@ static_assert(CudaTransformer::kMaxChainSteps == cuda::kMaxChainSteps);
 CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* weights_ptr, uint64_t seed,
                                  int32_t kv_blocks, int32_t block_size, CudaTransformerOptions options)
     : config_(config), options_(options), impl_(std::make_unique<cuda::TransformerState>()) {
+  register_cuda_events();  // a launched chain's event (Event::record on the stream)
   const ModelConfig& c = config_;
   if (kv_blocks < 0 || block_size < 1) fail(ErrorCode::invalid_argument, "CUDA forward: KV pool of {} blocks of {}", kv_blocks, block_size);
   if (options_.max_tokens < 1 || options_.max_tokens > 1024)
@@ -419,8 +421,9 @@ void CudaTransformer::forward_greedy_chain(std::span<const ForwardWindow> window
   ids = chain_ids_;
 }
 
-void CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv) {
+Event CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv) {
   run_chain(windows, steps, kv, /*defer=*/true);
+  return launched_done_;
 }
 
 void CudaTransformer::run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer) {
@@ -450,7 +453,10 @@ void CudaTransformer::settle_launched_chain() {
   const int32_t count = launched_ids_;
   launched_ids_ = 0;
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
-  cuda_try(cudaStreamSynchronize(stream_), "launched chain");
+  // Another stream's sync may have covered the chain already (the verifier's forward
+  // joins it): then the query is all it costs.
+  const Event done = std::exchange(launched_done_, Event{});
+  if (!done.complete()) cuda_try(cudaStreamSynchronize(stream_), "launched chain");
   const int32_t* host_ids = impl_->host_ids(options_.max_tokens, config_.vocab_size);
   launched_chain_ids_.assign(host_ids, host_ids + count);
   launched_ready_ = true;
@@ -468,6 +474,8 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
                                                     {options_.max_tokens, d.num_blocks, d.block_size, d.meta_layout});
 
   const std::lock_guard stream_lock(d.stream_mutex);
+  // Another stream's work this forward's sync covers (taken now: a failure drops it).
+  const Event join = defer ? Event{} : std::exchange(join_, Event{});
   settle_launched_chain();  // its ids come back in the pinned buffer this forward reuses
   // CAF runs an actor on any of its threads; the device is per thread.
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
@@ -543,11 +551,14 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   } else {
     enqueue_forward(plan, settings);
   }
+  const Stream stream{{DeviceKind::cuda, options_.device}, stream_};
   if (defer) {
     launched_ids_ = steps * plan.windows();
     launched_ready_ = false;
+    launched_done_ = Event::record(stream);
     return;
   }
+  join.wait_on(stream);  // on the device, behind this forward's work
   cuda_try(cudaStreamSynchronize(stream_), "forward");
   read_results(plan, out);
   const int64_t qd = c.q_dim();

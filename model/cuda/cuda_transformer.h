@@ -182,9 +182,16 @@ class CudaTransformer {
   /// forward_greedy_chain without waiting: enqueues the chain and returns; the device
   /// works on it while the caller does other things (the drafter drafting ahead while the
   /// target verifies). collect_greedy_chain() waits for it and gives its ids. Any other
-  /// forward on this model first waits for it (the ids are kept for collect).
-  void launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv);
+  /// forward on this model first waits for it (the ids are kept for collect). Returns
+  /// the event after the chain and its ids' copy back: once another stream's sync has
+  /// covered it (join_before_sync), collect and the next forward take the ids without a
+  /// sync of their own (an event query instead).
+  Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv);
   void collect_greedy_chain(std::vector<int32_t>& ids);
+  /// The next forward (not a launched chain) makes its stream wait for `e` after its own
+  /// work, before its one sync: when it returns, the work behind `e` is complete too
+  /// (ForwardModel::join_next_forward). Dropped if that forward fails first.
+  void join_before_sync(Event e) { join_ = std::move(e); }
 
   /// Queues a copy of pool block `src` to block `dst` (every layer, K and V) on the
   /// model's stream in front of the next forward (or read_pool): the KV store's
@@ -281,8 +288,9 @@ class CudaTransformer {
   void enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings);
   /// After the sync: the ids (and logits rows) from the pinned buffer into `out` / chain_ids_.
   void read_results(const cuda::ForwardPlan& plan, CudaLogits& out);
-  /// A launched chain still on the device: waits for it and keeps its ids for collect
-  /// (the next forward reuses the pinned buffer they come back in). Under stream_mutex.
+  /// A launched chain still on the device: waits for it (no sync when its event is
+  /// complete already) and keeps its ids for collect (the next forward reuses the pinned
+  /// buffer they come back in). Under stream_mutex.
   void settle_launched_chain();
   /// Enqueues the queued block copies on the stream (in queue order). Copies to or from
   /// the host tier need `host` (the forward's KvStore's tier): without it only the copies
@@ -313,6 +321,8 @@ class CudaTransformer {
   CudaLogits chain_logits_;
   std::vector<int32_t> chain_ids_;
   int32_t launched_ids_ = 0;     ///< ids of a launched chain not yet settled (0: none)
+  Event launched_done_;          ///< after a launched chain's work (its ids copied back)
+  Event join_;                   ///< join_before_sync's event, for the next forward
   bool launched_ready_ = false;  ///< a launched chain settled, its ids kept for collect
   std::vector<int32_t> launched_chain_ids_;
 };
