@@ -164,18 +164,22 @@ void KvStore::commit(SeqId seq, std::span<const int32_t> tokens) {
     fail(ErrorCode::invalid_argument,
          "commit: KV sequence {} has {} committed tokens; {} more exceed its {} reserved positions",
          seq, s.tokens.size(), tokens.size(), s.reserved);
-  const size_t block_size = static_cast<size_t>(config_.block_size);
-  const size_t full_before = s.tokens.size() / block_size;
+  const size_t full_before = s.tokens.size() / static_cast<size_t>(config_.block_size);
   s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+  hash_full_blocks(s, full_before, /*cache=*/true);
+}
+
+void KvStore::hash_full_blocks(Sequence& s, size_t first, bool cache) {
   if (!config_.prefix_cache) return;
+  const size_t block_size = static_cast<size_t>(config_.block_size);
   const std::span<const int32_t> ids(s.tokens);
-  for (size_t i = full_before; i < s.tokens.size() / block_size; ++i) {
+  for (size_t i = first; i < s.tokens.size() / block_size; ++i) {
     const uint64_t parent = i == 0 ? PrefixCache::kRootHash : s.chain[i - 1];
     const uint64_t hash = PrefixCache::chain_hash(parent, ids.subspan(i * block_size, block_size));
     s.chain.push_back(hash);
     // The block was writable until now (private, not cached). If another block already
     // holds this prefix, that mapping stays: it may be shared, ours is not.
-    if (prefix_cache_.insert(hash, s.table[i])) pool_.set_hash(s.table[i], hash);
+    if (cache && prefix_cache_.insert(hash, s.table[i])) pool_.set_hash(s.table[i], hash);
   }
 }
 
@@ -344,6 +348,35 @@ int64_t KvStore::offload_prefix(SeqId seq, int32_t blocks) {
     s.table[i] = kOnHost;
   }
   const int64_t bytes = int64_t{blocks} * host_->block_bytes();
+  offload_stats_.blocks_to_host += blocks;
+  offload_stats_.bytes_to_host += bytes;
+  return bytes;
+}
+
+int64_t KvStore::book_host_prefix(SeqId seq, std::span<const int32_t> tokens) {
+  Sequence& s = at(seq);
+  if (!host_) fail(ErrorCode::invalid_argument, "host prefix: KV sequence {}: the store has no host tier", seq);
+  if (!s.tokens.empty() || !s.table.empty() || s.reserved != 0)
+    fail(ErrorCode::invalid_argument,
+         "host prefix: KV sequence {} is not empty ({} committed tokens, {} blocks); book it right after add_sequence",
+         seq, s.tokens.size(), s.table.size());
+  const size_t block_size = static_cast<size_t>(config_.block_size);
+  if (tokens.size() % block_size != 0)
+    fail(ErrorCode::invalid_argument, "host prefix: KV sequence {}: {} tokens are not whole blocks of {}", seq,
+         tokens.size(), block_size);
+  const auto blocks = static_cast<int64_t>(tokens.size() / block_size);
+  if (blocks > host_->free_blocks())
+    fail(ErrorCode::out_of_capacity, "out of KV host tier blocks: sequence {} books {} blocks but {} of {} are free",
+         seq, blocks, host_->free_blocks(), host_->total_blocks());
+  // From here on nothing can fail: the host tier has the blocks.
+  for (int64_t i = 0; i < blocks; ++i) {
+    s.host.push_back(host_->allocate());
+    s.table.push_back(kOnHost);
+  }
+  s.tokens.assign(tokens.begin(), tokens.end());
+  s.reserved = static_cast<int32_t>(tokens.size());
+  hash_full_blocks(s, 0, /*cache=*/false);
+  const int64_t bytes = blocks * host_->block_bytes();
   offload_stats_.blocks_to_host += blocks;
   offload_stats_.bytes_to_host += bytes;
   return bytes;

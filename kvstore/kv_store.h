@@ -156,6 +156,8 @@ class KvStore {
   /// before_pool_write only). Only while no sequence is live.
   void attach_host_tier(std::unique_ptr<HostKvTier> tier, HostTierCopier copier = {});
   const HostKvTier* host_tier() const { return host_.get(); }
+  /// The tier's memory for a writer that fills booked blocks (LayerPrefillWriter).
+  HostKvTier* host_tier() { return host_.get(); }
   /// h: the sequence's positions [0, h * B) live on the host tier (block_table entries
   /// [0, h) are kOnHost), the rest in the pool.
   int32_t host_blocks(SeqId seq) const;
@@ -174,6 +176,16 @@ class KvStore {
   /// for more blocks than offloadable_blocks, Error(out_of_capacity) when the host tier
   /// has fewer free blocks. Returns the bytes moved.
   int64_t offload_prefix(SeqId seq, int32_t blocks);
+  /// Layer-wise prefill (issue 16 item 5): books the first `tokens` of an empty sequence
+  /// (no committed token, no block) as committed blocks on the host tier, tokens.size() a
+  /// whole number of blocks. Their K/V are NOT written: the caller's prefill writes them
+  /// (CudaTransformer::prefill_layerwise copies each layer there as it goes) before
+  /// anything reads the sequence. Counted in offload_stats as moved to the host; chain
+  /// hashes kept (prefix cache on), nothing enters the cache (no pool block holds them).
+  /// All or nothing: Error(invalid_argument) without a host tier, for a sequence that is
+  /// not empty or a partial block, Error(out_of_capacity) when the tier has fewer free
+  /// blocks. Returns the bytes booked.
+  int64_t book_host_prefix(SeqId seq, std::span<const int32_t> tokens);
   OffloadStats offload_stats() const { return offload_stats_; }
 
   // ---- SpecPV view copies (kvstore/README.md, "Partial views of host-tier sequences") --
@@ -216,6 +228,9 @@ class KvStore {
   void copy_to_host(int32_t pool_block, int32_t host_block);
   void copy_to_pool(int32_t host_block, int32_t pool_block);
   void release_view_copies(Sequence& seq);
+  /// Chain hashes of the sequence's full committed blocks from block `first` on; with
+  /// `cache`, each enters the prefix cache (its pool block hashed) unless mapped already.
+  void hash_full_blocks(Sequence& seq, size_t first, bool cache);
 
   KvStoreConfig config_;
   BlockPool pool_;

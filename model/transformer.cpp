@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "core/error.h"
@@ -9,6 +10,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
+#include "model/layer_prefill_check.h"
 
 namespace specpipe {
 
@@ -70,12 +72,7 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   Scratch& s = *scratch_;
   s.resize(c, total);
 
-  int64_t row = 0;
-  for (const ForwardWindow& w : windows) {
-    cpu::embedding(weights_.embed_tokens.dtype, weights_.embed_tokens.data, c.vocab_size,
-                   c.hidden_size, w.tokens, s.x.data() + row * c.hidden_size, c.hidden_size);
-    row += static_cast<int64_t>(w.tokens.size());
-  }
+  embed(windows);
   // Sequences with K/V on the host tier: every layer's host part streams through the
   // ring; a forward that fails half way drains the ring's copies before it returns.
   LayerRing* ring = nullptr;
@@ -101,11 +98,43 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   } guard{ring};
   for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, windows, starts, kv, sink, ring);
   if (ring) ring->finish();
+  head(windows, out);
+}
 
+void Transformer::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv,
+                                    KvWriteSink& sink, Logits& out) {
+  const ModelConfig& c = config_;
+  if (!kv.tensors().holds_pool())
+    fail(ErrorCode::invalid_argument, "CPU forward: the KV store keeps no host tensors (its pool is on a device)");
+  check_layer_prefill(seq, prompt, kv, c);
+  // One window of the whole prompt from position 0: no prefix to read (the host part is
+  // booked, not written), every key from the window's own rows; the sink sends each
+  // layer's rows to the host tier and the pool.
+  const ForwardWindow w{seq, prompt, LogitsMode::last};
+  const std::array<int32_t, 1> starts{0};
+  scratch_->resize(c, static_cast<int64_t>(prompt.size()));
+  embed({&w, 1});
+  for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, {&w, 1}, starts, kv, sink, nullptr);
+  head({&w, 1}, out);
+}
+
+void Transformer::embed(std::span<const ForwardWindow> windows) {
+  const ModelConfig& c = config_;
+  int64_t row = 0;
+  for (const ForwardWindow& w : windows) {
+    cpu::embedding(weights_.embed_tokens.dtype, weights_.embed_tokens.data, c.vocab_size, c.hidden_size, w.tokens,
+                   scratch_->x.data() + row * c.hidden_size, c.hidden_size);
+    row += static_cast<int64_t>(w.tokens.size());
+  }
+}
+
+void Transformer::head(std::span<const ForwardWindow> windows, Logits& out) {
+  const ModelConfig& c = config_;
+  Scratch& s = *scratch_;
   // Final norm and LM head, only for the rows that need logits.
   std::vector<int32_t> rows_per_window;
   int64_t logit_rows_total = 0;
-  row = 0;
+  int64_t row = 0;
   for (const ForwardWindow& w : windows) {
     const auto n = static_cast<int32_t>(w.tokens.size());
     const int32_t rows = logit_rows(w);

@@ -36,11 +36,23 @@ class Transformer final : public ForwardModel {
   /// the same order as from the pool: the logits are the same bits.
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;
+  /// Layer-wise prefill (issue 16 items 5-6): the whole `prompt` of `seq` through one
+  /// layer at a time, from position 0, each layer's K/V handed to `sink` (a
+  /// LayerPrefillWriter: host part to the host tier on its copy stream, the rest to the
+  /// pool); `out` gets the last position's logits. The books as check_layer_prefill
+  /// (model/layer_prefill_check.h) wants; the caller commits the prompt past the host
+  /// part after. The same bits as a chunked prefill with every block in the pool.
+  void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, KvWriteSink& sink,
+                         Logits& out);
   void enable_layer_ring(int32_t slots, bool overlap = true) override;
   RingStats ring_stats() const override { return ring_ ? ring_->stats() : RingStats{}; }
 
  private:
   struct Scratch;
+  /// The windows' token embeddings into the scratch rows.
+  void embed(std::span<const ForwardWindow> windows);
+  /// The final norm and LM head of the windows' logits rows into `out`.
+  void head(std::span<const ForwardWindow> windows, Logits& out);
   /// `ring`: the open layer ring when some window's sequence has host-tier K/V.
   void layer_forward(int32_t layer, std::span<const ForwardWindow> windows,
                      std::span<const int32_t> starts, const KvStore& kv, KvWriteSink& sink, LayerRing* ring);

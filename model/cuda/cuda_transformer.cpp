@@ -627,8 +627,7 @@ void CudaTransformer::upload_plan(const cuda::ForwardPlan& plan) {
 }
 
 int32_t CudaTransformer::attention_grid(const cuda::ForwardPlan& plan, bool use_graph) {
-  const ModelConfig& c = config_;
-  cuda::TransformerState& d = *impl_;
+  const cuda::TransformerState& d = *impl_;
   // A graph launches the chunk kernel over the pool's capacity of chunks (rows skip the
   // chunks past their keys); the workspace is sized for that in allocate_kv_pool. A row's
   // chunks and their merge order depend only on its position, so the bits are the same.
@@ -637,16 +636,19 @@ int32_t CudaTransformer::attention_grid(const cuda::ForwardPlan& plan, bool use_
   if (use_graph && eager_chunks > d.capacity_chunks)
     fail(ErrorCode::internal, "CUDA forward: {} attention chunks, the pool holds {}", eager_chunks,
          d.capacity_chunks);
-  if (!use_graph) {
-    const int64_t need_ws = int64_t{plan.total_tokens} * c.num_heads * eager_chunks * (c.head_dim + 2) *
-                            static_cast<int64_t>(sizeof(float));
-    if (static_cast<size_t>(need_ws) > d.workspace.bytes()) {
-      cuda_try(cudaStreamSynchronize(stream_), "sync");
-      d.graphs.clear();  // they hold the old workspace's address
-      d.workspace.allocate(static_cast<size_t>(need_ws), &device_bytes_);
-    }
-  }
+  if (!use_graph) grow_workspace(plan.total_tokens, eager_chunks);
   return max_chunks;
+}
+
+void CudaTransformer::grow_workspace(int32_t rows, int32_t chunks) {
+  const ModelConfig& c = config_;
+  cuda::TransformerState& d = *impl_;
+  const int64_t need_ws =
+      int64_t{rows} * c.num_heads * chunks * (c.head_dim + 2) * static_cast<int64_t>(sizeof(float));
+  if (static_cast<size_t>(need_ws) <= d.workspace.bytes()) return;
+  cuda_try(cudaStreamSynchronize(stream_), "sync");
+  d.graphs.clear();  // they hold the old workspace's address
+  d.workspace.allocate(static_cast<size_t>(need_ws), &device_bytes_);
 }
 
 void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings) {

@@ -40,6 +40,7 @@ namespace specpipe {
 
 namespace cuda {
 struct ForwardPlan;
+struct LayerPrefillPlan;
 struct StepSettings;
 struct QueryCopy;
 struct TransformerState;
@@ -210,6 +211,20 @@ class CudaTransformer {
   RingStats ring_stats() const;
   /// Device bytes of the ring's slots (0 without a ring or before a forward used it).
   size_t ring_device_bytes() const;
+  /// Layer-wise prefill with asynchronous offload (issue 16 item 5; model/cuda/
+  /// layer_prefill.h): the whole `prompt` through one layer at a time (chunks of
+  /// max_tokens rows), each layer's K/V copied to the sequence's host-tier blocks (and
+  /// its pool blocks) on a copy stream while the next layer computes, buffer reuse
+  /// ordered by events; one host sync, at the end. `seq` holds the prompt's first h
+  /// blocks on the host tier (KvStore::book_host_prefix, h may be 0) and has reserved the
+  /// rest; the caller commits the rest after. `out` gets the last position's logits (one
+  /// window, one row). Logits and K/V are the same bits as a chunked prefill with every
+  /// block in the pool. overlap false: the copies in line on the model's stream (the
+  /// seed's synchronous way). Throws Error(invalid_argument) for a sequence or prompt
+  /// plan_layer_prefill refuses, Error(out_of_capacity) when the prompt's layer buffers
+  /// do not fit the device (nothing enqueued: prefill chunk by chunk instead).
+  void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, CudaLogits& out,
+                         bool overlap = true);
   /// Queues a copy of a whole block (every layer, K and V) from the pool to the host tier
   /// (to_host) or back, in order with queue_block_copy's, in front of the next forward:
   /// the KV store's HostTierCopier. With a layer ring, a move to the host is written back
@@ -283,6 +298,12 @@ class CudaTransformer {
   /// Attention's chunk grid for the plan: the pool's capacity when graphed, else the
   /// plan's own (growing the split-K workspace, and dropping the graphs, when it is short).
   int32_t attention_grid(const cuda::ForwardPlan& plan, bool use_graph);
+  /// Grows attention's split-K workspace (dropping the graphs) to `rows` rows of
+  /// `chunks` chunks when it is short.
+  void grow_workspace(int32_t rows, int32_t chunks);
+  /// prefill_layerwise's buffers for `plan` (grown when short, after a sync; the copy
+  /// stream made for `overlap`); Error(out_of_capacity) when the device lacks the memory.
+  void prepare_layer_prefill(const cuda::LayerPrefillPlan& plan, bool overlap);
   /// Enqueues every step of the plan (model/cuda/decoder_step.h) and the copies back of
   /// the argmax ids and logits rows: what a graph captures.
   void enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings);

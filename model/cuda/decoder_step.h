@@ -69,8 +69,31 @@ struct StepSettings {
   int32_t num_query_copies = 0;
 };
 
-/// Enqueues one step of `m.total` rows on `stream`.
+/// Enqueues one step of `m.total` rows on `stream`: enqueue_embedding, every layer's
+/// enqueue_decoder_layer over the scratch rows (x, xb), enqueue_head; or the fused kernel.
 void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const StepSettings& s, const StepMeta& m,
                           cudaStream_t stream);
+
+/// The rows a layer carries to the next: the FP32 residual x [m.total, hidden] and xb,
+/// the BF16 input of the layer's first GEMM [m.total, hidden] (written at the layer's end
+/// as the next layer's normalised input). A step uses the scratch's; a layer-wise
+/// prefill (layer_prefill.h) keeps the whole prompt's and runs each layer over chunks.
+/// The scratch xb still serves inside a layer (attention output, MLP input).
+struct LayerRows {
+  float* x;
+  uint16_t* xb;
+};
+
+/// The token embeddings of m's rows and layer 0's input norm into `rows`.
+void enqueue_embedding(const TransformerState& d, const ModelConfig& c, const StepMeta& m, LayerRows rows,
+                       cudaStream_t stream);
+/// Layer `layer` over m's rows. `dense` (k null: none) is a layer-wise prefill's slot of
+/// this layer: the rows' K/V go to it at m.slots (dense positions) instead of the pool,
+/// and the block tables' ring entries (ring_table_entry) read it; the ring is not used.
+void enqueue_decoder_layer(const TransformerState& d, const ModelConfig& c, const StepSettings& s, const StepMeta& m,
+                           int32_t layer, LayerRows rows, DeviceRingSlot dense, cudaStream_t stream);
+/// The final norm, LM head and argmax of m's logits rows, read from x [m.total, hidden].
+void enqueue_head(const TransformerState& d, const ModelConfig& c, const StepSettings& s, const StepMeta& m,
+                  const float* x, cudaStream_t stream);
 
 }  // namespace specpipe::cuda

@@ -135,17 +135,21 @@ ForwardMetaLayout forward_meta_layout(const ModelConfig& config, int32_t max_tok
   return l;
 }
 
+void check_store_layout(const KvStore& kv, const ModelConfig& c, const ForwardGeometry& g) {
+  const KvStoreConfig& kc = kv.config();
+  if (kc.block_size != g.block_size || kc.num_blocks > g.num_blocks || kc.num_layers != c.num_layers ||
+      kc.num_kv_heads != c.num_kv_heads || kc.head_dim != c.head_dim)
+    fail(ErrorCode::invalid_argument, "CUDA forward: the KV store's layout does not match the device pool");
+  if (g.num_blocks == 0) fail(ErrorCode::invalid_argument, "CUDA forward: no KV pool allocated (allocate_kv_pool)");
+}
+
 ForwardPlan plan_forward(std::span<const ForwardWindow> windows, int32_t steps, bool chain, bool stage,
                          const KvStore& kv, const ModelConfig& c, const ForwardGeometry& g) {
   if (chain && (steps < 1 || steps > kMaxChainSteps))
     fail(ErrorCode::invalid_argument, "CUDA forward: a greedy chain of {} steps (1..{})", steps, kMaxChainSteps);
   if (!chain && steps != 1) fail(ErrorCode::invalid_argument, "CUDA forward: {} steps without a greedy chain", steps);
-  const KvStoreConfig& kc = kv.config();
-  if (kc.block_size != g.block_size || kc.num_blocks > g.num_blocks || kc.num_layers != c.num_layers ||
-      kc.num_kv_heads != c.num_kv_heads || kc.head_dim != c.head_dim)
-    fail(ErrorCode::invalid_argument, "CUDA forward: the KV store's layout does not match the device pool");
+  check_store_layout(kv, c, g);
   if (windows.empty()) fail(ErrorCode::invalid_argument, "CUDA forward: no windows");
-  if (g.num_blocks == 0) fail(ErrorCode::invalid_argument, "CUDA forward: no KV pool allocated (allocate_kv_pool)");
 
   ForwardPlan p;
   p.steps = steps;

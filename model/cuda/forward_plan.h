@@ -122,6 +122,10 @@ struct ForwardPlan {
   int32_t ids() const { return chain ? steps * windows() : logit_rows; }
 };
 
+/// Throws Error(invalid_argument) unless `kv`'s layout matches the model and the device
+/// pool of `g` (allocated).
+void check_store_layout(const KvStore& kv, const ModelConfig& config, const ForwardGeometry& g);
+
 /// Plans a forward (steps 1, chain false) or a greedy chain (chain true, steps in
 /// [1, kMaxChainSteps]) of `windows` over `kv`. stage: a staged round (not for chains).
 /// Throws Error, naming what is wrong, unless: the store's layout matches the model and

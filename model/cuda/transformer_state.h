@@ -19,6 +19,7 @@
 #include "model/cuda/forward_plan.h"
 #include "model/cuda/fused_step.h"
 #include "model/cuda/graph_cache.h"
+#include "model/cuda/layer_prefill.h"
 
 namespace specpipe::cuda {
 
@@ -81,6 +82,8 @@ struct TransformerState {
   WriteBackBatch write_back;
   // Offload: the layer ring streaming host-tier K/V (enable_layer_ring).
   std::unique_ptr<DeviceLayerRing> ring;
+  // Layer-wise prefill (prefill_layerwise): its slots, rows, metadata and copy stream.
+  std::unique_ptr<LayerPrefillBuffers> prefill;
   // Forwards and the staging strategy's device calls (another actor's thread) take turns
   // on the stream: nothing from another thread may land inside a graph capture.
   std::mutex stream_mutex;
@@ -116,7 +119,8 @@ struct TransformerState {
   TransformerState(const TransformerState&) = delete;
   TransformerState& operator=(const TransformerState&) = delete;
   ~TransformerState() {
-    ring.reset();  // its copies may still read the host tier
+    ring.reset();     // its copies may still read the host tier
+    prefill.reset();  // or write it
     graphs.clear();
     if (lt) cublasLtDestroy(lt);
   }

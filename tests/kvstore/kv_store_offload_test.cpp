@@ -301,4 +301,66 @@ TEST(KvStoreOffload, RandomOperationsKeepEveryPositionAndTheInvariants) {
   }
 }
 
+// Layer-wise prefill's books (issue 16 item 5): book_host_prefix puts a new sequence's first
+// blocks straight on the host tier, committed, with the chain hashes a commit would give;
+// the pool holds the tail; errors change nothing.
+TEST(KvStoreOffload, BookHostPrefixPutsTheFirstBlocksOnTheHostAndTheTailInThePool) {
+  for (bool cache : {false, true}) {
+    KvStore store = store_with(4, 8, cache);
+    const auto prompt = tokens_from(50, 30);  // 7 full blocks and 2 tokens: 5 on the host
+    const SeqId seq = store.add_sequence({});
+    EXPECT_EQ(store.book_host_prefix(seq, std::span(prompt).first(20)),
+              5 * HostKvTier::block_bytes({2, 2, 3, kBlock}));
+    store.check_invariants();  // incl. the chain hashes, recomputed from the tokens
+    EXPECT_EQ(store.length(seq), 20);
+    EXPECT_EQ(store.host_blocks(seq), 5);
+    EXPECT_EQ(store.host_tier()->free_blocks(), 3);
+    EXPECT_EQ(store.offload_stats().blocks_to_host, 5);
+    EXPECT_EQ(store.free_blocks(), 4);  // nothing from the pool
+    // The prefill reserves the tail, writes every position, commits the tail.
+    store.reserve(seq, 30);
+    EXPECT_EQ(store.free_blocks(), 1);
+    store.commit(seq, std::span(prompt).subspan(20));
+    store.check_invariants();
+    EXPECT_EQ(store.length(seq), 30);
+    EXPECT_EQ(store.block_table(seq)[4], KvStore::kOnHost);
+    EXPECT_NE(store.block_table(seq)[5], KvStore::kOnHost);
+    // The pool's full block after the host prefix is cached under the prompt's chain: a
+    // second sequence of the same prompt finds nothing (its first block is on the host).
+    int32_t cached = -1;
+    const SeqId again = store.add_sequence(prompt, &cached);
+    EXPECT_EQ(cached, 0);
+    store.release(again);
+    store.release(seq);
+    store.check_invariants();
+    EXPECT_EQ(store.host_tier()->free_blocks(), 8);
+    EXPECT_EQ(store.free_blocks(), 4);
+  }
+}
+
+TEST(KvStoreOffload, BookHostPrefixErrorsChangeNothing) {
+  KvStore store = store_with(4, 2);
+  const auto prompt = tokens_from(1, 12);
+  const SeqId seq = store.add_sequence({});
+  const auto refused = [&](std::span<const int32_t> tokens, ErrorCode code) {
+    try {
+      store.book_host_prefix(seq, tokens);
+      return false;
+    } catch (const Error& e) {
+      store.check_invariants();
+      return e.code() == code && store.length(seq) == 0 && store.host_tier()->free_blocks() == 2;
+    }
+  };
+  EXPECT_TRUE(refused(std::span(prompt).first(6), ErrorCode::invalid_argument));  // a partial block
+  EXPECT_TRUE(refused(std::span(prompt).first(12), ErrorCode::out_of_capacity));  // 3 blocks, 2 free
+  store.reserve(seq, 1);
+  EXPECT_TRUE(refused(std::span(prompt).first(4), ErrorCode::invalid_argument));  // not empty any more
+  KvStore plain(store.config());  // no host tier
+  const SeqId p = plain.add_sequence({});
+  EXPECT_THROW(plain.book_host_prefix(p, std::span(prompt).first(4)), Error);
+  EXPECT_EQ(store.book_host_prefix(store.add_sequence({}), std::span(prompt).first(8)),
+            2 * HostKvTier::block_bytes({2, 2, 3, kBlock}));
+  store.check_invariants();
+}
+
 }  // namespace specpipe::offload_test

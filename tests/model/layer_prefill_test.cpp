@@ -1,0 +1,133 @@
+// Layer-wise prefill on the CPU engine (issue 16 items 5-6): the whole prompt one layer at
+// a time, the host part of each layer's K/V copied to the host tier on a copy thread
+// (LayerPrefillWriter) while the next layer computes. Its last logits and every layer's
+// K/V (host tier and pool) are the same bits as a chunked prefill with every block in the
+// pool, with the copies on the thread or in line; decoding after it through the ring
+// gives the golden continuations.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/sampling.h"
+#include "kvstore/host_tier.h"
+#include "kvstore/layer_prefill_writer.h"
+#include "pipeline/prefill.h"
+#include "tests/support/golden.h"
+#include "tests/support/models.h"
+
+namespace specpipe {
+namespace {
+
+constexpr int32_t kBlock = 16;
+
+/// Layer `layer`'s K and V of positions [0, n) of `seq`, from the host tier or the pool.
+std::vector<float> layer_rows(const KvStore& kv, SeqId seq, int32_t layer, int32_t n) {
+  const int64_t stride = kv.tensors().slot_stride();
+  const int32_t host_end = kv.host_blocks(seq) * kBlock;
+  std::vector<float> rows;
+  for (int32_t pos = 0; pos < n; ++pos) {
+    const bool host = pos < host_end;
+    const int64_t slot =
+        host ? int64_t{kv.host_block_table(seq)[static_cast<size_t>(pos / kBlock)]} * kBlock + pos % kBlock
+             : kv.slot(seq, pos);
+    const float* k = (host ? kv.host_tier()->k(layer) : kv.tensors().k(layer)) + slot * stride;
+    const float* v = (host ? kv.host_tier()->v(layer) : kv.tensors().v(layer)) + slot * stride;
+    rows.insert(rows.end(), k, k + stride);
+    rows.insert(rows.end(), v, v + stride);
+  }
+  return rows;
+}
+
+/// A store of `pool_blocks` with a host tier; `prompt`'s first host_tokens booked there,
+/// the rest reserved, prefilled layer by layer, the rest committed.
+SeqId prefill_layerwise(Transformer& m, KvStore& kv, const std::vector<int32_t>& prompt, int32_t host_tokens,
+                        std::shared_ptr<CopyStream> copies, Logits& logits) {
+  const SeqId seq = kv.add_sequence({});
+  kv.book_host_prefix(seq, std::span(prompt).first(static_cast<size_t>(host_tokens)));
+  kv.reserve(seq, static_cast<int32_t>(prompt.size()));
+  LayerPrefillWriter writer(kv, seq, std::move(copies));
+  m.prefill_layerwise(seq, prompt, kv, writer, logits);
+  writer.finish();
+  kv.commit(seq, std::span(prompt).subspan(static_cast<size_t>(host_tokens)));
+  return seq;
+}
+
+std::unique_ptr<HostKvTier> tier_for(const KvStore& kv, int32_t blocks) {
+  const KvStoreConfig& c = kv.config();
+  const HostTierLayout layout{c.num_layers, c.num_kv_heads, c.head_dim, c.block_size};
+  return std::make_unique<HostKvTier>(layout, blocks * HostKvTier::block_bytes(layout));
+}
+
+TEST(LayerPrefill, LogitsAndKvAreTheChunkedPrefillsBits) {
+  Transformer& m = test::model("demo-target");
+  const auto long_prompt = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
+  const std::vector<int32_t> prompt(long_prompt.begin(), long_prompt.begin() + 203);
+  const auto n = static_cast<int32_t>(prompt.size());
+  const int32_t layers = m.config().num_layers;
+
+  Logits want;
+  KvStore pooled(m.kv_config(32, kBlock));
+  const SeqId ref = pooled.add_sequence({});
+  prefill(m, pooled, ref, prompt, 64, want);
+  std::vector<std::vector<float>> want_kv;
+  for (int32_t l = 0; l < layers; ++l) want_kv.push_back(layer_rows(pooled, ref, l, n));
+
+  // 192: every full block on the host; the copies in line once.
+  for (const auto& [overlap, host_tokens] : {std::pair{true, 0}, std::pair{true, 96}, std::pair{true, 192},
+                                             std::pair{false, 96}}) {
+    KvStore kv(m.kv_config(13, kBlock));  // 208 tokens: room for the prompt at most
+    kv.attach_host_tier(tier_for(kv, 16));
+    std::shared_ptr<CopyStream> copies;
+    if (overlap) copies = std::make_shared<ThreadCopyStream>();
+    else copies = std::make_shared<InlineCopyStream>();
+    Logits got;
+    const SeqId seq = prefill_layerwise(m, kv, prompt, host_tokens, copies, got);
+    kv.check_invariants();
+    EXPECT_EQ(kv.host_blocks(seq) * kBlock, host_tokens);
+    ASSERT_EQ(got.row(0, 0).size(), want.row(0, 0).size());
+    EXPECT_EQ(0, std::memcmp(got.row(0, 0).data(), want.row(0, 0).data(), got.row(0, 0).size() * sizeof(float)))
+        << "overlap " << overlap << ", " << host_tokens << " tokens on the host";
+    for (int32_t l = 0; l < layers; ++l)
+      EXPECT_TRUE(layer_rows(kv, seq, l, n) == want_kv[static_cast<size_t>(l)])
+          << "layer " << l << ", overlap " << overlap << ", " << host_tokens << " tokens on the host";
+    kv.release(seq);
+    kv.check_invariants();
+  }
+}
+
+// Public golden prompts layer by layer into a 4-block pool (every full block but the last
+// on the host tier), then plain greedy decoding through the ring: the golden tokens.
+TEST(LayerPrefill, DecodingAfterItGivesTheGoldenContinuation) {
+  Transformer& m = test::model("demo-target");
+  m.enable_layer_ring(2);
+  for (size_t i : {0u, 3u, 10u}) {  // 217, 173 and 185 tokens
+    const auto& c = test::golden_public()["cases"][i];
+    const auto prompt = test::ids(c["prompt_ids"]);
+    const auto golden = test::ids(c["target_greedy_96"]);
+    const std::vector<int32_t> want(golden.begin(), golden.begin() + 12);
+    KvStore kv(m.kv_config(4, kBlock));
+    kv.attach_host_tier(tier_for(kv, static_cast<int32_t>(prompt.size()) / kBlock + 1));
+    const int32_t host_tokens = (static_cast<int32_t>(prompt.size()) - 1) / kBlock * kBlock - kBlock;
+    Logits logits;
+    const SeqId seq = prefill_layerwise(m, kv, prompt, host_tokens, std::make_shared<ThreadCopyStream>(), logits);
+    std::vector<int32_t> got{cpu::argmax(logits.row(0, 0))};
+    DirectKvWriter writer(kv);
+    while (got.size() < want.size()) {
+      const int32_t token = got.back();
+      kv.reserve(seq, kv.length(seq) + 1);
+      const ForwardWindow w{seq, std::span(&token, 1), LogitsMode::last};
+      m.forward({&w, 1}, kv, writer, logits);
+      kv.commit(seq, std::span(&token, 1));
+      got.push_back(cpu::argmax(logits.row(0, 0)));
+    }
+    EXPECT_EQ(got, want) << "case " << i;
+    kv.release(seq);
+    kv.check_invariants();
+  }
+}
+
+}  // namespace
+}  // namespace specpipe
