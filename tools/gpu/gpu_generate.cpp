@@ -27,8 +27,10 @@
 // --offload-bench with --synthetic NAME --context N [--ring-slots N] [--pool-tokens N]: decode
 // ms/token all on the GPU vs host tier + ring (overlap) vs in-line copies, PCIe floor
 // (offload_bench.cpp). --prefill-bench with --synthetic NAME --context N [--chunk N] [--ring-slots N]
-// [--pool-tokens N]: prefill tokens/s all on the GPU vs offloaded (write-back beside the
-// compute) vs the seed's in-line copies, and their last logits' bits (prefill_bench.cpp).
+// [--pool-tokens N] [--prefill-ways chunked,layerwise,sync]: prefill tokens/s all on the GPU
+// vs offloaded chunk by chunk (write-back beside the compute) vs the seed's in-line copies,
+// vs layer-wise (copies beside the next layer, or in line), and whether their last logits
+// and K/V are the same bits (prefill_bench.cpp).
 // --kv-dtype fp32|bf16 (default fp32): the K/V store's element type
 // in every mode; with bf16, --offload-check also reports BF16-vs-FP32 logits (bounded).
 // Prints one JSON object; exits 1 on a token mismatch that is not a near-tie (or on an
@@ -357,6 +359,7 @@ int main(int argc, char** argv) {
   int32_t chunk = 1024;  // --prefill-bench: tokens a prefill forward (the most CudaTransformer takes)
   int32_t ring_slots = 4;
   int32_t pool_tokens = 0;  // --offload-bench: tokens kept in the GPU pool (0: automatic)
+  std::string prefill_ways = "chunked,layerwise,sync";  // --prefill-bench: the offloaded ways
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -388,6 +391,7 @@ int main(int argc, char** argv) {
     else if (a == "--chunk") chunk = std::stoi(next());
     else if (a == "--ring-slots") ring_slots = std::stoi(next());
     else if (a == "--pool-tokens") pool_tokens = std::stoi(next());
+    else if (a == "--prefill-ways") prefill_ways = next();
     else if (a == "--kv-dtype") {
       const std::string d = next();
       if (d == "fp32" || d == "f32") gpu_options.kv_dtype = DType::f32;
@@ -417,7 +421,7 @@ int main(int argc, char** argv) {
                    "[--no-graphs] [--fused-draft [--fused-blocks N] [--fused-trace]] "
                    "[--synthetic NAME [--context N] [--prefill-max N] [--seed S] [--iters N]] "
                    "[--offload-check | --offload-bench [--ring-slots N] [--pool-tokens N] | --prefill-bench [--chunk N] "
-                   "[--ring-slots N] [--pool-tokens N]] "
+                   "[--ring-slots N] [--pool-tokens N] [--prefill-ways LIST]] "
                    "[--kv-dtype fp32|bf16]\n",
                    argv[0]);
       return 2;
@@ -443,7 +447,8 @@ int main(int argc, char** argv) {
         [&] { return offload_bench(synthetic, context, ring_slots, pool_tokens, seed, iters, gpu_options); });
   if (prefill_bench_mode)
     return single_report(
-        [&] { return prefill_bench(synthetic, context, chunk, ring_slots, pool_tokens, seed, gpu_options); });
+        [&] { return prefill_bench(synthetic, context, chunk, ring_slots, pool_tokens, seed, gpu_options,
+                                        prefill_ways); });
   if (offload_check_mode)
     return single_report([&] {
       return offload_checks(target_dir, synthetic.empty() ? "qwen3-0.6b" : synthetic, context, seed, gpu_options, ok);

@@ -24,15 +24,19 @@
 # GiB all-on-GPU vs offloaded, host GiB, tokens on the GPU tier, seconds to pin the tier.
 # SHAPES default qwen3-4b there.
 #
-# MODE=prefill (issue 16, prefill with offload): for each shape and context,
+# MODE=prefill (issue 16 item 5, prefill with offload): for each shape and context,
 # specpipe_gpu_generate --prefill-bench --chunk CHUNK (1024, the most a forward takes) --kv-dtype KV_DTYPE
-# -> $OUT/prefill_<shape>_<context>_<kv>.json and one line: prefill tokens/s with every
-# block on the GPU, offloaded (a pool of POOL_TOKENS, 0: a quarter of the context, plus a
-# chunk; the rest moved to the pinned host tier before each chunk and written back beside
-# the next forward on the copy stream; host K/V streamed through RING_SLOTS ring slots)
-# and the seed's way (the same copies in line), offload / gpu, seed / gpu, GiB moved to
-# the host, GiB streamed by the ring, and whether the last logits are the same bits.
-# SHAPES default "qwen3-4b llama3.1-8b", CONTEXTS "8192" (a 32K prefill takes over 30 s a way).
+# --prefill-ways WAYS -> $OUT/prefill_<shape>_<context>_<kv>.json and one line: whole-prompt
+# prefill tokens/s with every block on the GPU (chunk by chunk) and layer-wise with offload
+# (all but the last POOL_TOKENS, 0: a quarter of the context, booked on the pinned host
+# tier, each layer's K/V copied there beside the next layer), layer-wise / gpu, layer-wise
+# with the copies in line / gpu, and for WAYS with "chunked" the chunk-by-chunk offload
+# (moves before each chunk written back beside the next forward, host K/V streamed through
+# RING_SLOTS ring slots) and its seed way, as ratios of the chunks after the first; GiB
+# moved to the host; and per way whether the last logits and every layer's K/V are the
+# same bits as all-on-GPU. SHAPES default "qwen3-4b llama3.1-8b", CONTEXTS "8192", WAYS
+# "chunked,layerwise,sync" (the chunked ways stream the host part again for every chunk:
+# leave them out past 8K).
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 gpu_bundle_env specpipe_gpu_generate long_context
@@ -48,24 +52,29 @@ run_tool() {
   [[ $rc -eq 0 ]] || status=1
 }
 if [[ "${MODE:-}" == prefill ]]; then
-  printf '%-12s %4s %8s %6s %10s %10s %10s %8s %8s %8s %9s %s\n' shape kv context chunk gpu_tok/s off_tok/s seed_tok/s \
-    off/gpu seed/gpu toHostGiB ringGiB "logits same (off, seed)"
+  printf '%-12s %4s %8s %10s %10s %8s %8s %8s %8s %8s %s\n' shape kv context gpu_tok/s lw_tok/s lw/gpu lwsync/gpu \
+    off/gpu seed/gpu toHostGiB "same bits: logits / K/V (way=yes)"
   for shape in ${SHAPES:-qwen3-4b llama3.1-8b}; do
     for context in ${CONTEXTS:-8192}; do
       json="$out/prefill_${shape}_${context}_${KV_DTYPE:-fp32}.json"
       run_tool "$json" 300 --prefill-bench --synthetic "$shape" --context "$context" --chunk "${CHUNK:-1024}" \
-        --ring-slots "${RING_SLOTS:-4}" --kv-dtype "${KV_DTYPE:-fp32}" --pool-tokens "${POOL_TOKENS:-0}"
+        --ring-slots "${RING_SLOTS:-4}" --kv-dtype "${KV_DTYPE:-fp32}" --pool-tokens "${POOL_TOKENS:-0}" \
+        --prefill-ways "${WAYS:-chunked,layerwise,sync}"
       python3 - "$json" "$shape" "$context" <<'PY' || echo "$shape $context: exit $rc, no report ($(tail -n1 "${json%.json}.stderr"))"
 import json, sys
 r = json.load(open(sys.argv[1]))
 if "error" in r:
     print(f"{sys.argv[2]:12s} {sys.argv[3]:>8s} error: {r['error']}")
     sys.exit(0)
-g, o, s = r["gpu"], r["offload"], r["seed_sync"]
-same = r["logits_identical"]
-print(f"{sys.argv[2]:12s} {r['kv_dtype']:>4s} {sys.argv[3]:>8s} {r['chunk']:6d} {g['tokens_per_s']:10.0f} "
-      f"{o['tokens_per_s']:10.0f} {s['tokens_per_s']:10.0f} {r['offload_vs_gpu']:8.3f} {r['seed_vs_gpu']:8.3f} "
-      f"{o['bytes_to_host'] / 2**30:8.2f} {o['ring_bytes_loaded'] / 2**30:9.1f} {same['offload']}, {same['seed_sync']}")
+g = r["gpu"]
+lw = r.get("layerwise", {})
+ratio = lambda k: f"{r[k]:8.3f}" if k in r else f"{'-':>8s}"
+lw_tps = f"{lw['tokens_per_s_total']:10.0f}" if lw else f"{'-':>10s}"
+gib = (lw or r.get("offload", {})).get("bytes_to_host", 0) / 2**30
+same = " ".join(f"{w}={r['logits_identical'][w]}/{r['kv_identical'][w]}" for w in r["logits_identical"])
+print(f"{sys.argv[2]:12s} {r['kv_dtype']:>4s} {sys.argv[3]:>8s} {g['tokens_per_s_total']:10.0f} {lw_tps} "
+      f"{ratio('layerwise_vs_gpu')} {ratio('layerwise_sync_vs_gpu')} {ratio('offload_vs_gpu')} {ratio('seed_vs_gpu')} "
+      f"{gib:8.2f} {same}")
 PY
     done
   done
