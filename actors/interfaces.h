@@ -29,6 +29,10 @@ using verifier_actor = caf::typed_actor<caf::reacts_to<PrefillWork>, caf::reacts
 using offload_actor = caf::typed_actor<caf::replies_to<PoolRoomWork>::with<PoolRoomDone>,
                                        caf::replies_to<ViewCopyWork>::with<ViewCopyDone>>;
 
+/// Owns SpecPV's retrieval index (actors/retrieval_actor.h); asked by the verifier on
+/// refresh rounds only, which awaits the answer.
+using retrieval_actor = caf::typed_actor<caf::replies_to<RetrievalWork>::with<RetrievalDone>>;
+
 /// Every actor's handle. Filled by whoever builds the pipeline after spawning and before
 /// the first message, then read-only (shared between the actors).
 struct Peers {
@@ -37,6 +41,7 @@ struct Peers {
   kv_router_actor kv_router;
   verifier_actor verifier;
   offload_actor offload;  ///< only with a host tier (offload.enable)
+  retrieval_actor retrieval;  ///< only with a verify_view strategy (SpecPV)
 };
 
 }  // namespace specpipe::actors

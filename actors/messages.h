@@ -10,6 +10,8 @@
 ///               (and scheduler -DraftStart-> draft, which prefills its own KV)
 ///   round:      scheduler -DraftWork-> draft -ReserveWork-> kv-router -VerifyWork->
 ///               verifier -VerifyDone-> kv-router -RoundDone-> scheduler
+///               (a SpecPV refresh round: verifier -RetrievalWork-> retrieval
+///               -RetrievalDone-> verifier before its VerifyDone)
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +20,7 @@
 #include "core/tensor.h"
 #include "kernels/cpu/sampling.h"
 #include "kvstore/async_write_back.h"
+#include "kvstore/block_summaries.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/partial_view.h"
 #include "pipeline/drafter.h"
@@ -206,6 +209,32 @@ struct ViewCopyDone {  ///< offload -> kv-router
   RoundBatch b;
   CopyFence fence;
 };
+
+// ---- retrieval (actors/retrieval_actor.h) -------------------------------------------
+// The verifier awaits the answer, on refresh rounds only: one request per round, every
+// refreshing sequence and layer in it (never a message per layer).
+
+/// One sequence of a refresh round: its queries of every layer, reduced (QuerySums), and
+/// where its retrieved blocks may lie.
+struct RetrievalQuery {
+  SeqId seq = -1;
+  int32_t verified = 0;         ///< tokens checked by a full verification (summarised below it)
+  int32_t k = 0;                ///< blocks to retrieve per layer
+  int32_t first = 0, last = 0;  ///< the blocks they come from: [first, last)
+  std::vector<QuerySums> layers;
+};
+/// verifier -> retrieval.
+struct RetrievalWork { std::vector<RetrievalQuery> queries; };
+/// One sequence's answer: its retrieved blocks per layer for the next partial views.
+struct RetrievalAnswer {
+  SeqId seq = -1;
+  /// False: nothing selected this time (a backend that cannot land its host-tier moves
+  /// for reading); the sequence keeps its previous selection.
+  bool selected = false;
+  std::vector<std::vector<int32_t>> blocks;  ///< [layers]: block indices, ascending
+  std::string error;                         ///< non-empty: the refresh failed (the item fails)
+};
+struct RetrievalDone { std::vector<RetrievalAnswer> answers; };  ///< retrieval -> verifier
 
 }  // namespace specpipe::actors
 

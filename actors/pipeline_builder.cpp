@@ -9,6 +9,7 @@
 #include "actors/draft_actor.h"
 #include "actors/kv_router_actor.h"
 #include "actors/offload_actor.h"
+#include "actors/retrieval_actor.h"
 #include "actors/verifier_actor.h"
 #include "core/error.h"
 #include "kvstore/async_write_back.h"
@@ -201,6 +202,11 @@ std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const Pip
   auto peers = std::make_shared<Peers>();
   peers->verifier = system.spawn(
       verifier, VerifierDeps{peers, parts.target, parts.kv, parts.sink, parts.prefill_chunk, parts.view_planner != nullptr});
+  std::shared_ptr<RetrievalActorStats> retrieval_stats;
+  if (parts.view_planner) {
+    retrieval_stats = std::make_shared<RetrievalActorStats>();
+    peers->retrieval = system.spawn(retrieval, RetrievalDeps{parts.kv, parts.target, retrieval_stats});
+  }
   std::shared_ptr<OffloadActorStats> offload_stats;
   if (parts.kv->host_tier()) {
     offload_stats = std::make_shared<OffloadActorStats>();
@@ -210,7 +216,8 @@ std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const Pip
       kv_router, KvRouterDeps{peers, parts.kv, parts.sink, parts.prefill_chunk, offload_stats, parts.offload_write_back});
   peers->draft = system.spawn(draft, DraftDeps{peers, parts.drafter});
   peers->scheduler =
-      spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner, parts.view_planner});
+      spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner, parts.view_planner,
+                                            retrieval_stats});
   return peers;
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "actors/response_sink.h"
+#include "actors/retrieval_actor.h"
 #include "actors/view_rounds.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -65,6 +66,7 @@ class Scheduler : public scheduler_actor::base {
           nlohmann::json v = view_planner().metrics();
           v["strategy"] = view_planner().name();
           v["forced_full"] = forced_full_;
+          if (d_.retrieval_stats) v["retrieval"] = retrieval_actor_metrics(*d_.retrieval_stats);
           j["verify_view"] = v;
           return j.dump();
         },

@@ -32,12 +32,16 @@ struct SchedulerConfig {
   bool speculative = true;     ///< false: every round is a plain decode step (gamma 0)
 };
 
+struct RetrievalActorStats;
+
 struct SchedulerDeps {
   std::shared_ptr<const Peers> peers;
   SchedulerConfig config;
   Tokenizer tokenizer;
   std::shared_ptr<VerifyPlanner> planner;  ///< slot verify_plan (fixed gamma if null)
   std::shared_ptr<ViewPlanner> view_planner;  ///< slot verify_view (always full if null)
+  /// The retrieval actor's counters (with a verify_view strategy), in its metrics.
+  std::shared_ptr<const RetrievalActorStats> retrieval_stats;
 };
 
 scheduler_actor spawn_scheduler(caf::actor_system& system, SchedulerDeps deps);

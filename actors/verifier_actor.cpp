@@ -5,31 +5,36 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
 
 #include "core/error.h"
 #include "core/timer.h"
 #include "pipeline/acceptance.h"
 #include "kvstore/partial_view.h"
-#include "kvstore/retrieval_index.h"
 #include "pipeline/prefill.h"
 
 namespace specpipe::actors {
 namespace {
 
-/// Re-selects one sequence's retrieved blocks from its window's queries, layer by layer,
-/// during a full verification forward.
-class RetrievalTap final : public QueryTap {
+/// Reduces one refreshing window's queries layer by layer during the forward (QuerySums:
+/// where the queries are); the retrieval actor scores the blocks with them after it.
+class QuerySumsTap final : public QueryTap {
  public:
-  RetrievalTap(RetrievalIndex& index, SeqId seq, int32_t num_heads, int32_t k, int32_t first, int32_t last)
-      : index_(index), seq_(seq), num_heads_(num_heads), k_(k), first_(first), last_(last) {}
-  void on_queries(int32_t layer, const float* q, int32_t n, int64_t ld) override {
-    index_.select(seq_, layer, q, n, ld, num_heads_, k_, first_, last_);
+  QuerySumsTap(SummaryShape shape, int32_t num_heads, RetrievalQuery query)
+      : shape_(shape), num_heads_(num_heads), query_(std::move(query)) {
+    query_.layers.resize(static_cast<size_t>(shape.num_layers));
   }
+  void on_queries(int32_t layer, const float* q, int32_t n, int64_t ld) override {
+    query_.layers.at(static_cast<size_t>(layer)) = QuerySums::of(shape_, q, n, ld, num_heads_);
+  }
+  RetrievalQuery take() { return std::move(query_); }
 
  private:
-  RetrievalIndex& index_;
-  SeqId seq_;
-  int32_t num_heads_, k_, first_, last_;
+  SummaryShape shape_;
+  int32_t num_heads_;
+  RetrievalQuery query_;
 };
 
 /// Everything the verifier keeps between messages: scratch that is reused.
@@ -39,10 +44,15 @@ struct VerifierState {
   std::vector<ForwardWindow> windows;
   std::vector<std::vector<int32_t>> window_tokens;
   std::vector<std::vector<float>> q_rows;
-  std::unique_ptr<RetrievalIndex> retrieval;  // SpecPV: only with a verify_view plugin
-  KeySummariser summariser;                   // a device pool's block summaries (else none)
+  /// SpecPV (only with a verify_view plugin): each sequence's retrieved blocks per layer,
+  /// the retrieval actor's latest answer, which its partial views read.
+  std::map<SeqId, std::vector<std::vector<int32_t>>> retrieved;
   std::vector<PrefixView> views;              // per round item
-  std::vector<std::unique_ptr<RetrievalTap>> taps;
+  std::vector<std::unique_ptr<QuerySumsTap>> taps;
+  std::span<const int32_t> retrieved_of(SeqId seq, int32_t layer) const {
+    auto it = retrieved.find(seq);
+    return it == retrieved.end() ? std::span<const int32_t>{} : it->second.at(static_cast<size_t>(layer));
+  }
 };
 
 /// One layer's view as pool blocks. Blocks below the host boundary are read from the
@@ -74,23 +84,13 @@ bool host_view_layer(const KvStore& kv, SeqId seq, int32_t layer, std::span<cons
 
 /// The SpecPV side of a round item before its forward: a partial round gets its view
 /// (null when the view would be the whole prefix: then it reads all of it, still a
-/// partial round for the scheduler); a refreshing full round gets a query tap that
-/// re-selects its retrieved blocks layer by layer.
+/// partial round for the scheduler); a refreshing full round gets a query tap whose sums
+/// go to the retrieval actor after the forward.
 void prepare_view(VerifierState& st, RoundItem& it, ForwardWindow& w, size_t i) {
   const KvStore& kv = *st.deps.kv;
-  RetrievalIndex& index = *st.retrieval;
   const int32_t B = kv.config().block_size;
   const int32_t length = kv.length(it.seq);
   const int32_t on_host = kv.host_blocks(it.seq);
-  // Host-tier blocks are summarised on the host, from the tier: moves to it must have
-  // landed. A backend that cannot land them gets no retrieval for the sequence (its
-  // partial rounds read the whole prefix, counted; exact stays exact).
-  if (index.summarised_blocks(it.seq) < std::min(on_host, std::min(it.verified, length) / B) &&
-      !st.deps.target->land_host_copies(kv)) {
-    it.host_view.fallback = it.partial;
-    return;
-  }
-  index.update(kv, it.seq, std::min(it.verified, length), st.summariser);
   if (it.partial) {
     // Host tier: without pool copies of its host blocks (the pool could not hold them)
     // the round reads the whole prefix, streamed - a full verdict, counted.
@@ -104,7 +104,7 @@ void prepare_view(VerifierState& st, RoundItem& it, ForwardWindow& w, size_t i) 
     const std::span<const int32_t> table = kv.block_table(it.seq);
     HostViewTraffic traffic;
     for (int32_t layer = 0; layer < kv.config().num_layers; ++layer) {
-      const auto blocks = view_blocks(length, it.verified, B, it.budget, index.retrieved(it.seq, layer));
+      const auto blocks = view_blocks(length, it.verified, B, it.budget, st.retrieved_of(it.seq, layer));
       if (!blocks) return;  // the whole prefix: no view
       const auto l = static_cast<size_t>(layer);
       if (on_host > 0) {
@@ -123,8 +123,10 @@ void prepare_view(VerifierState& st, RoundItem& it, ForwardWindow& w, size_t i) 
   } else if (it.refresh) {
     const int32_t first = (it.budget.sink_tokens + B - 1) / B;
     const int32_t last = recent_first_block(length, length, B, it.budget.window_tokens);
-    st.taps[i] = std::make_unique<RetrievalTap>(index, it.seq, st.deps.target->config().num_heads, it.budget.retrieval_blocks,
-                                                first, last);
+    const ModelConfig& c = st.deps.target->config();
+    st.taps[i] = std::make_unique<QuerySumsTap>(
+        SummaryShape{c.num_layers, c.num_kv_heads, c.head_dim, B}, c.num_heads,
+        RetrievalQuery{it.seq, std::min(it.verified, length), it.budget.retrieval_blocks, first, last, {}});
     w.query_tap = st.taps[i].get();
   }
 }
@@ -144,7 +146,7 @@ void request_view_copies(const VerifierState& st, RoundItem& it) {
   for (int32_t layer = 0; layer < kv.config().num_layers; ++layer) {
     std::vector<int32_t>& set = it.view_sets[static_cast<size_t>(layer)];
     for (int32_t b = 0; b < sink; ++b) set.push_back(b);
-    for (int32_t b : st.retrieval->retrieved(it.seq, layer))
+    for (int32_t b : st.retrieved_of(it.seq, layer))
       if (b >= sink && b < total) set.push_back(b);
     for (int32_t b = std::max(sink, recent); b < total; ++b) set.push_back(b);
     std::sort(set.begin(), set.end());
@@ -197,7 +199,7 @@ void verify(VerifierState& st, RoundBatch& b) {
   st.views.assign(b.items.size(), {});
   st.taps.clear();
   st.taps.resize(b.items.size());
-  if (st.retrieval) st.retrieval->forget_all_but(*st.deps.kv);
+  if (st.deps.partial_views) std::erase_if(st.retrieved, [&](const auto& e) { return !st.deps.kv->contains(e.first); });
   try {
     for (size_t i = 0; i < b.items.size(); ++i) {
       RoundItem& it = b.items[i];
@@ -208,7 +210,7 @@ void verify(VerifierState& st, RoundBatch& b) {
       // Owned before its view is prepared: an error there fails this item too (it once
       // went on without a verdict, its next token -1, into both models' next forwards).
       owner.push_back(i);
-      if (st.retrieval && (it.partial || it.refresh)) prepare_view(st, it, st.windows.back(), i);
+      if (st.deps.partial_views && (it.partial || it.refresh)) prepare_view(st, it, st.windows.back(), i);
       placements.push_back({it.seq, st.deps.kv->length(it.seq), static_cast<int32_t>(st.window_tokens[i].size())});
     }
     if (!st.windows.empty()) {
@@ -220,11 +222,6 @@ void verify(VerifierState& st, RoundBatch& b) {
       st.deps.target->forward(st.windows, *st.deps.kv, *st.deps.sink, st.logits);
       attribute_streamed(st, b, owner, st.deps.target->ring_stats().bytes_loaded - loaded);
     }
-    for (size_t i = 0; i < b.items.size(); ++i)
-      if (st.taps[i]) {
-        st.retrieval->mark_ready(b.items[i].seq);
-        if (st.deps.kv->host_tier()) request_view_copies(st, b.items[i]);
-      }
   } catch (const std::exception& e) {
     st.deps.sink->abort_round();
     for (size_t i : owner) b.items[i].error = e.what();
@@ -265,6 +262,37 @@ void verify(VerifierState& st, RoundBatch& b) {
   b.times.verify_ms += clock.elapsed_ms();
 }
 
+/// A refresh round's query sums, one per refreshing item that has a verdict (`items`:
+/// their indices in the batch). Empty: no refresh, nothing to await.
+RetrievalWork refresh_queries(VerifierState& st, const RoundBatch& b, std::vector<size_t>& items) {
+  RetrievalWork work;
+  items.clear();
+  for (size_t i = 0; i < st.taps.size() && i < b.items.size(); ++i)
+    if (st.taps[i] && b.items[i].error.empty()) {
+      work.queries.push_back(st.taps[i]->take());
+      items.push_back(i);
+    }
+  st.taps.clear();
+  return work;
+}
+
+/// The retrieval actor's answer: the next partial views' blocks, and with the host tier
+/// the view sets the kv-router has copied into the pool.
+void apply_retrieval(VerifierState& st, RoundBatch& b, const std::vector<size_t>& items, RetrievalDone& done) {
+  for (size_t i : items) {
+    RoundItem& it = b.items[i];
+    auto a = std::find_if(done.answers.begin(), done.answers.end(), [&](const RetrievalAnswer& x) { return x.seq == it.seq; });
+    if (a == done.answers.end()) {
+      it.error = "SpecPV retrieval: no answer for the sequence";
+    } else if (!a->error.empty()) {
+      it.error = a->error;
+    } else if (a->selected) {
+      st.retrieved[it.seq] = std::move(a->blocks);
+      if (st.deps.kv->host_tier()) request_view_copies(st, it);
+    }
+  }
+}
+
 /// Waits for the offload actor's copies; a failed copy fails the batch's items.
 template <typename Items>
 void wait_for_moves(const CopyFence& fence, Items& items) {
@@ -281,11 +309,6 @@ void wait_for_moves(const CopyFence& fence, Items& items) {
 verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDeps deps) {
   auto st = std::make_shared<VerifierState>();
   st->deps = std::move(deps);
-  if (st->deps.partial_views) {
-    const KvStoreConfig& k = st->deps.kv->config();
-    st->retrieval = std::make_unique<RetrievalIndex>(SummaryShape{k.num_layers, k.num_kv_heads, k.head_dim, k.block_size});
-    st->summariser = st->deps.target->key_summariser();
-  }
   return {
       // The offload actor's moves are copied by the time the forward reads the host tier
       // or writes a pool block they free (one wait per forward on the CPU; on a device
@@ -298,7 +321,30 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDep
       [self, st](VerifyWork& w) {
         wait_for_moves(w.fence, w.b.items);
         verify(*st, w.b);
-        self->send(st->deps.peers->kv_router, VerifyDone{std::move(w.b)});
+        std::vector<size_t> items;
+        RetrievalWork work = refresh_queries(*st, w.b, items);
+        if (work.queries.empty()) return self->send(st->deps.peers->kv_router, VerifyDone{std::move(w.b)});
+        // A SpecPV refresh round: one request for all its sequences and layers, awaited
+        // (the retrieval actor reads the store and uses the model meanwhile: they are
+        // lent to it, as the kv-router lends the store to the offload actor).
+        auto held = std::make_shared<RoundBatch>(std::move(w.b));
+        auto fail_items = [held, items](const std::string& why) {
+          for (size_t i : items) held->items[i].error = why;
+        };
+        if (!st->deps.peers->retrieval) {
+          fail_items("SpecPV retrieval: the pipeline has no retrieval actor");
+          return self->send(st->deps.peers->kv_router, VerifyDone{std::move(*held)});
+        }
+        self->request(st->deps.peers->retrieval, caf::infinite, std::move(work))
+            .await(
+                [self, st, held, items](RetrievalDone& done) {
+                  apply_retrieval(*st, *held, items, done);
+                  self->send(st->deps.peers->kv_router, VerifyDone{std::move(*held)});
+                },
+                [self, st, held, fail_items](const caf::error& err) {
+                  fail_items("SpecPV retrieval: the retrieval actor did not answer: " + caf::to_string(err));
+                  self->send(st->deps.peers->kv_router, VerifyDone{std::move(*held)});
+                });
       },
   };
 }

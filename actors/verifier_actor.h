@@ -21,8 +21,8 @@ struct VerifierDeps {
   std::shared_ptr<const KvStore> kv;      ///< owned by the kv-router; read here
   std::shared_ptr<KvWriteSink> sink;      ///< the kv-router's interception point
   int32_t prefill_chunk = 256;
-  /// A verify_view strategy may ask for partial views: keep SpecPV's retrieval index
-  /// (block summaries, retrieved blocks) and build the views.
+  /// A verify_view strategy may ask for partial views: build them from the retrieval
+  /// actor's answers (Peers::retrieval), which refresh rounds ask for.
   bool partial_views = false;
 };
 

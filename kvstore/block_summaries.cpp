@@ -48,31 +48,40 @@ const float* BlockSummaries::kmin(int32_t layer, int32_t block) const {
   return min_.at(static_cast<size_t>(layer)).data() + static_cast<int64_t>(block) * shape_.kv_dim();
 }
 
-void BlockSummaries::score(int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads,
-                           std::span<float> scores) const {
-  const int32_t hd = shape_.head_dim, d = shape_.kv_dim();
-  if (num_heads % shape_.kv_heads != 0)
-    fail(ErrorCode::invalid_argument, "block summaries: {} query heads over {} KV heads", num_heads, shape_.kv_heads);
-  if (scores.size() < static_cast<size_t>(blocks_))
-    fail(ErrorCode::invalid_argument, "block summaries: {} scores for {} blocks", scores.size(), blocks_);
-  const int32_t group = num_heads / shape_.kv_heads;
-  // Kmax >= Kmin, so max(q * Kmax, q * Kmin) = max(q, 0) * Kmax + min(q, 0) * Kmin: the
-  // bound summed over the rows and the heads of a KV head's group is linear in the sums of
-  // their positive and negative parts, made once per call instead of once per block.
-  std::vector<double> pos(static_cast<size_t>(d), 0.0), neg(static_cast<size_t>(d), 0.0);
+QuerySums QuerySums::of(const SummaryShape& shape, const float* q, int32_t n, int64_t ld_q, int32_t num_heads) {
+  const int32_t hd = shape.head_dim, d = shape.kv_dim();
+  if (num_heads % shape.kv_heads != 0)
+    fail(ErrorCode::invalid_argument, "block summaries: {} query heads over {} KV heads", num_heads, shape.kv_heads);
+  const int32_t group = num_heads / shape.kv_heads;
+  QuerySums s{std::vector<double>(static_cast<size_t>(d), 0.0), std::vector<double>(static_cast<size_t>(d), 0.0)};
   for (int32_t i = 0; i < n; ++i)
     for (int32_t h = 0; h < num_heads; ++h) {
       const float* qh = q + i * ld_q + static_cast<int64_t>(h) * hd;
       const int64_t g = static_cast<int64_t>(h / group) * hd;
       for (int32_t e = 0; e < hd; ++e) {
-        (qh[e] > 0 ? pos : neg)[static_cast<size_t>(g + e)] += qh[e];
+        (qh[e] > 0 ? s.pos : s.neg)[static_cast<size_t>(g + e)] += qh[e];
       }
     }
+  return s;
+}
+
+void BlockSummaries::score(int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads,
+                           std::span<float> scores) const {
+  score(layer, QuerySums::of(shape_, q, n, ld_q, num_heads), scores);
+}
+
+void BlockSummaries::score(int32_t layer, const QuerySums& sums, std::span<float> scores) const {
+  const int32_t d = shape_.kv_dim();
+  if (scores.size() < static_cast<size_t>(blocks_))
+    fail(ErrorCode::invalid_argument, "block summaries: {} scores for {} blocks", scores.size(), blocks_);
+  if (sums.pos.size() != static_cast<size_t>(d) || sums.neg.size() != static_cast<size_t>(d))
+    fail(ErrorCode::invalid_argument, "block summaries: query sums of {} values for a KV width of {}", sums.pos.size(), d);
   for (int32_t b = 0; b < blocks_; ++b) {
     const float* bmax = kmax(layer, b);
     const float* bmin = kmin(layer, b);
     double s = 0;
-    for (int32_t e = 0; e < d; ++e) s += pos[static_cast<size_t>(e)] * bmax[e] + neg[static_cast<size_t>(e)] * bmin[e];
+    for (int32_t e = 0; e < d; ++e)
+      s += sums.pos[static_cast<size_t>(e)] * bmax[e] + sums.neg[static_cast<size_t>(e)] * bmin[e];
     scores[static_cast<size_t>(b)] = static_cast<float>(s);
   }
 }

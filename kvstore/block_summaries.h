@@ -18,6 +18,19 @@ struct SummaryShape {
   int32_t kv_dim() const { return kv_heads * head_dim; }
 };
 
+/// The round's queries of one layer reduced for scoring: since Kmax >= Kmin,
+/// max(q * Kmax, q * Kmin) = max(q, 0) * Kmax + min(q, 0) * Kmin, so the bound summed over
+/// the query rows and the heads of each KV head's group is linear in the sums of their
+/// positive and negative parts (kv_dim doubles each, KV head by KV head). Made where the
+/// queries are (the verifier's forward); what a retrieval actor needs of them.
+struct QuerySums {
+  std::vector<double> pos, neg;
+  /// Sums of the n query rows of q (num_heads * head_dim floats each, row i at
+  /// q + i * ld_q); query head h adds to KV head h / (num_heads / kv_heads). Rows in
+  /// order, heads in order within a row: the order every scorer must keep for equal bits.
+  static QuerySums of(const SummaryShape& shape, const float* q, int32_t n, int64_t ld_q, int32_t num_heads);
+};
+
 class BlockSummaries {
  public:
   explicit BlockSummaries(SummaryShape shape) : shape_(shape), max_(shape.num_layers), min_(shape.num_layers) {}
@@ -45,6 +58,9 @@ class BlockSummaries {
   /// (num_heads * head_dim floats each, row i at q + i * ld_q) and their heads; head h
   /// reads KV head h / (num_heads / kv_heads).
   void score(int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads, std::span<float> scores) const;
+  /// The same from the queries' sums (QuerySums::of): scores[b] = sum over e of
+  /// pos[e] * Kmax[e] + neg[e] * Kmin[e] in double, e ascending, rounded to float once.
+  void score(int32_t layer, const QuerySums& sums, std::span<float> scores) const;
 
  private:
   SummaryShape shape_;

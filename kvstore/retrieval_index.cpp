@@ -62,10 +62,14 @@ void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified, cons
 
 void RetrievalIndex::select(SeqId seq, int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads,
                             int32_t k, int32_t first, int32_t last) {
+  select(seq, layer, QuerySums::of(shape_, q, n, ld_q, num_heads), k, first, last);
+}
+
+void RetrievalIndex::select(SeqId seq, int32_t layer, const QuerySums& sums, int32_t k, int32_t first, int32_t last) {
   Entry& e = entry(seq);
   const int32_t blocks = std::min(last, e.summaries.blocks());
   scores_.assign(static_cast<size_t>(std::max(0, e.summaries.blocks())), 0.0f);
-  e.summaries.score(layer, q, n, ld_q, num_heads, scores_);
+  e.summaries.score(layer, sums, scores_);
   e.selected.at(static_cast<size_t>(layer)) =
       top_blocks(std::span<const float>(scores_).first(static_cast<size_t>(std::max(0, blocks))), k, first);
   if (layer == 0) ++refreshes_;

@@ -2,7 +2,8 @@
 /// SpecPV retrieval state of the target's sequences: block summaries kept up to date as
 /// blocks fill, and each sequence's retrieved blocks per layer, re-selected on a full
 /// verification round from that round's queries (kvstore/block_summaries.h). Owned by
-/// the verifier, which reads the K/V store during its forwards; it only reads the store.
+/// the retrieval actor (actors/retrieval_actor.h), which reads the K/V store while the
+/// verifier awaits it on a refresh round; it only reads the store.
 ///
 /// Only K/V checked by a full verification are summarised (positions below the caller's
 /// `verified` length): K/V written by a partial round were computed over a partial view
@@ -40,6 +41,8 @@ class RetrievalIndex {
   /// [first, last) only (outside the sink and the recent region).
   void select(SeqId seq, int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads, int32_t k,
               int32_t first, int32_t last);
+  /// The same from the queries' sums (QuerySums::of): the same scores, bit for bit.
+  void select(SeqId seq, int32_t layer, const QuerySums& sums, int32_t k, int32_t first, int32_t last);
   /// Marks `seq`'s selection complete (every layer selected this round).
   void mark_ready(SeqId seq) { entry(seq).ready = true; }
   bool ready(SeqId seq) const;

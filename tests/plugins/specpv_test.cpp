@@ -65,6 +65,10 @@ TEST(SpecpvExact, GoldenCasesEqualPlainWithPartialRoundsAndRollbacks) {
   EXPECT_EQ(m["mode"], "exact");
   EXPECT_TRUE(m["lossless"].get<bool>());
   EXPECT_FALSE(m["host"]["disabled"].get<bool>()) << m.dump();
+  // Every refresh round's sequence was re-selected by the retrieval actor, none failed.
+  EXPECT_EQ(m["retrieval"]["sequences"].get<int64_t>(), v.refreshes) << m.dump();
+  EXPECT_EQ(m["retrieval"]["failures"].get<int64_t>(), 0);
+  EXPECT_GT(m["retrieval"]["requests"].get<int64_t>(), 0);
 }
 
 // Batched: sequences with views of their own (and rollbacks) in one verify forward.

@@ -1,0 +1,50 @@
+#pragma once
+/// The retrieval actor (issue 17 item 2; ARCHITECTURE.md section 3): owns SpecPV's
+/// retrieval index (kvstore/retrieval_index.h: the block summaries of every sequence and
+/// its retrieved blocks per layer). On a refresh round the verifier's forward reduces
+/// each refreshing window's queries layer by layer (QuerySums, where the queries are);
+/// after the forward the verifier sends them in one RetrievalWork and awaits the answer:
+/// this actor summarises the sequences' newly verified blocks (a device model's pool on
+/// the device, through its key summariser: only summaries cross to the host; host-tier
+/// blocks from the tier), scores the blocks and answers the top ones per layer, which the
+/// verifier's next partial views read. No other round sends it anything: partial and
+/// plain rounds neither wait for it nor sync for it.
+///
+/// It reads the KV store and uses the target model (its summariser, its landing of
+/// host-tier moves) only while the verifier awaits it: the verifier lends both, as the
+/// kv-router lends the store to the offload actor, so the store still has one user at a
+/// time and the model's stream one caller.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/interfaces.h"
+#include "kvstore/kv_store.h"
+#include "model/forward_model.h"
+
+namespace specpipe::actors {
+
+/// What the retrieval actor did (read from any thread).
+struct RetrievalActorStats {
+  std::atomic<int64_t> requests{0};   ///< RetrievalWork answered (refresh rounds)
+  std::atomic<int64_t> sequences{0};  ///< sequences re-selected
+  std::atomic<int64_t> unselected{0}; ///< sequences left with their previous selection
+  std::atomic<int64_t> failures{0};   ///< sequences whose refresh failed (their item failed)
+};
+
+struct RetrievalDeps {
+  std::shared_ptr<const KvStore> kv;  ///< the target's store (owned by the kv-router)
+  /// The target model, for a device pool's key summariser and landing host-tier moves
+  /// (null: a store holding its pool in host tensors, the CPU's).
+  std::shared_ptr<ForwardModel> target;
+  std::shared_ptr<RetrievalActorStats> stats = std::make_shared<RetrievalActorStats>();
+};
+
+retrieval_actor::behavior_type retrieval(retrieval_actor::pointer self, RetrievalDeps deps);
+
+/// The actor's counters, for the `verify_view` strategy metrics (`retrieval`).
+nlohmann::json retrieval_actor_metrics(const RetrievalActorStats& stats);
+
+}  // namespace specpipe::actors
