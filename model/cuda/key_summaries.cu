@@ -21,7 +21,84 @@ __global__ void key_block_summaries_kernel(const float* pool_k, int64_t slot_str
   }
 }
 
+// One thread per (layer, KV element): its sums over the rows, and within a row over the
+// query heads of its KV head in order, as QuerySums::of adds them.
+__global__ void quest_query_sums_kernel(const float* q, int64_t q_layer_stride, int32_t n, int64_t ld_q, int32_t group,
+                                        int32_t head_dim, int32_t kv_dim, double* pos, double* neg) {
+  const int32_t i = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= kv_dim) return;
+  const int64_t layer = blockIdx.y;
+  const int32_t g = i / head_dim, e = i % head_dim;
+  const float* ql = q + layer * q_layer_stride;
+  double sp = 0, sn = 0;
+  for (int32_t r = 0; r < n; ++r)
+    for (int32_t j = 0; j < group; ++j) {
+      const float v = ql[r * ld_q + static_cast<int64_t>(g * group + j) * head_dim + e];
+      if (v > 0) sp += v;
+      else sn += v;
+    }
+  pos[layer * kv_dim + i] = sp;
+  neg[layer * kv_dim + i] = sn;
+}
+
+// Each warp scores 32 summary blocks of one layer, a lane per block summing its kv_dim
+// terms in order (the CPU's order); the warp stages 32 x 32 tiles of Kmax / Kmin in
+// shared memory so the loads are coalesced.
+constexpr int32_t kScoreTile = 32, kScoreWarps = 4;
+
+__global__ void quest_block_scores_kernel(const float* kmax, const float* kmin, int64_t summary_layer_stride,
+                                          int32_t blocks, int32_t kv_dim, const double* pos, const double* neg,
+                                          float* scores) {
+  __shared__ float tmax[kScoreWarps][kScoreTile][kScoreTile + 1], tmin[kScoreWarps][kScoreTile][kScoreTile + 1];
+  const int32_t warp = static_cast<int32_t>(threadIdx.x) / kScoreTile, lane = static_cast<int32_t>(threadIdx.x) % kScoreTile;
+  const int64_t layer = blockIdx.y;
+  const int32_t first = (static_cast<int32_t>(blockIdx.x) * kScoreWarps + warp) * kScoreTile;
+  const float* mx = kmax + layer * summary_layer_stride;
+  const float* mn = kmin + layer * summary_layer_stride;
+  const double* p = pos + layer * kv_dim;
+  const double* m = neg + layer * kv_dim;
+  double s = 0;
+  for (int32_t e0 = 0; e0 < kv_dim; e0 += kScoreTile) {
+    for (int32_t r = 0; r < kScoreTile; ++r) {
+      const int64_t b = first + r;
+      const int32_t e = e0 + lane;
+      const bool in = b < blocks && e < kv_dim;
+      tmax[warp][r][lane] = in ? mx[b * kv_dim + e] : 0.0f;
+      tmin[warp][r][lane] = in ? mn[b * kv_dim + e] : 0.0f;
+    }
+    __syncwarp();
+    const int32_t width = min(kScoreTile, kv_dim - e0);
+    for (int32_t j = 0; j < width; ++j)
+      s += p[e0 + j] * tmax[warp][lane][j] + m[e0 + j] * tmin[warp][lane][j];
+    __syncwarp();
+  }
+  if (first + lane < blocks) scores[layer * blocks + first + lane] = static_cast<float>(s);
+}
+
 }  // namespace
+
+cudaError_t quest_query_sums(const float* q, int64_t q_layer_stride, int32_t n, int64_t ld_q, int32_t num_heads,
+                             int32_t kv_heads, int32_t head_dim, int32_t layers, double* pos, double* neg,
+                             cudaStream_t stream) {
+  if (layers == 0) return cudaSuccess;
+  if (n < 0 || layers < 0 || kv_heads < 1 || head_dim < 1 || num_heads % kv_heads != 0) return cudaErrorInvalidValue;
+  const int32_t kv_dim = kv_heads * head_dim;
+  const dim3 grid((kv_dim + 127) / 128, static_cast<unsigned>(layers));
+  quest_query_sums_kernel<<<grid, 128, 0, stream>>>(q, q_layer_stride, n, ld_q, num_heads / kv_heads, head_dim, kv_dim,
+                                                    pos, neg);
+  return cudaGetLastError();
+}
+
+cudaError_t quest_block_scores(const float* kmax, const float* kmin, int64_t summary_layer_stride, int32_t blocks,
+                               int32_t kv_dim, int32_t layers, const double* pos, const double* neg, float* scores,
+                               cudaStream_t stream) {
+  if (blocks == 0 || layers == 0) return cudaSuccess;
+  if (blocks < 0 || layers < 0 || kv_dim < 1) return cudaErrorInvalidValue;
+  const int32_t per = kScoreTile * kScoreWarps;
+  const dim3 grid(static_cast<unsigned>((blocks + per - 1) / per), static_cast<unsigned>(layers));
+  quest_block_scores_kernel<<<grid, per, 0, stream>>>(kmax, kmin, summary_layer_stride, blocks, kv_dim, pos, neg, scores);
+  return cudaGetLastError();
+}
 
 cudaError_t key_block_summaries(const float* pool_k, int64_t slot_stride, int32_t block_size, int32_t kv_dim,
                                 const int32_t* blocks, int32_t n, float* kmax, float* kmin, cudaStream_t stream) {

@@ -16,4 +16,22 @@ namespace specpipe::cuda {
 cudaError_t key_block_summaries(const float* pool_k, int64_t slot_stride, int32_t block_size, int32_t kv_dim,
                                 const int32_t* blocks, int32_t n, float* kmax, float* kmin, cudaStream_t stream);
 
+/// Quest scores on the device (kvstore/block_summaries.h, QuerySums::of and
+/// BlockSummaries::score), for `layers` layers at once, equal bit for bit to the CPU's:
+/// the same double sums in the same order, no FMA contraction (--fmad=false), one
+/// rounding to float at the end.
+///
+/// quest_query_sums: pos / neg [layers, kv_dim] device doubles from the n query rows of
+/// each layer (q + l * q_layer_stride + i * ld_q; num_heads * head_dim floats, query head
+/// h on KV head h / (num_heads / kv_heads)). num_heads must be a multiple of kv_heads.
+cudaError_t quest_query_sums(const float* q, int64_t q_layer_stride, int32_t n, int64_t ld_q, int32_t num_heads,
+                             int32_t kv_heads, int32_t head_dim, int32_t layers, double* pos, double* neg,
+                             cudaStream_t stream);
+/// quest_block_scores: scores[l * blocks + b] = (float) sum over e ascending of
+/// pos[l, e] * kmax[l, b, e] + neg[l, e] * kmin[l, b, e] (kmax / kmin: [layers, blocks,
+/// kv_dim] device floats, layer l at + l * summary_layer_stride). blocks may be 0.
+cudaError_t quest_block_scores(const float* kmax, const float* kmin, int64_t summary_layer_stride, int32_t blocks,
+                               int32_t kv_dim, int32_t layers, const double* pos, const double* neg, float* scores,
+                               cudaStream_t stream);
+
 }  // namespace specpipe::cuda

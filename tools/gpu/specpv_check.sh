@@ -5,6 +5,8 @@
 #      partial view forward (logits within the GPU tolerance), a whole view == the full
 #      forward bit for bit, graphed == eager views, query taps, device block summaries ==
 #      the pool's keys, bad views refused -> specpv_check.json;
+#   1b. Quest scores on the device vs the CPU's, bit for bit, and timed (quest_scores.sh,
+#      QUEST_RUNS; QUEST=0 skips) -> quest_<shape>_<context>.json;
 #   2. the SpecPV engine suites with a device pipeline (engine_check.sh, SUITES):
 #      specpv_test (exact == golden tokens with partial rounds and rollbacks asserted,
 #      concurrent requests, approximate labelled, refusals, garbage answers);
@@ -39,6 +41,8 @@ print(f"check exit {sys.argv[2]} pass {r['pass']}: whole view == full {r['whole_
       f"ties {v['near_ties']}, graphs == eager {r['graphed_views_equal_eager']}, taps {r['query_tap']}, "
       f"summaries {r['summaries']}, errors {r['errors']}")
 PY
+
+if [[ "${QUEST:-1}" != 0 ]]; then bash tools/gpu/quest_scores.sh || status=1; fi
 
 SUITES="${SUITES:-specpv_test}" BENCH=0 MEMCHECK=0 bash tools/gpu/engine_check.sh || status=1
 

@@ -7,7 +7,9 @@
 //       (--kv-dtype bf16: over a BF16 K/V store);
 //   --host-bench --synthetic NAME --context N [--budgets B] [--ring-slots N] [--iters N]:
 //       the same over the host tier: the full window streamed from it vs a partial view
-//       of the first budget read from the pool alone (host_view_bench.h).
+//       of the first budget read from the pool alone (host_view_bench.h);
+//   --quest --synthetic NAME --context N [--rows N] [--iters N] [--seed S]: Quest scores
+//       on the device vs the CPU's, bit for bit, and both paths timed (quest_scores_check.h).
 // (partial_view_check.h). Prints one JSON object; exits 1 on a failed check or an error.
 #include <algorithm>
 #include <cstdio>
@@ -22,6 +24,7 @@
 
 #include "tools/gpu/host_view_bench.h"
 #include "tools/gpu/partial_view_check.h"
+#include "tools/gpu/quest_scores_check.h"
 
 using namespace specpipe;
 using namespace specpipe::gpu_tool;
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
   double logit_tol = 0.13, tie_tol = 0.05;
   int iters = 20;
   int32_t ring_slots = 4;
+  int32_t rows = 133;  // --quest: a full round's window (buffer 128 + pending + 4 drafts)
   uint64_t seed = 1;
   CudaTransformerOptions opt;
   for (int i = 1; i < argc; ++i) {
@@ -47,7 +51,8 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--check" || a == "--bench" || a == "--host-bench") mode = a;
+    if (a == "--check" || a == "--bench" || a == "--host-bench" || a == "--quest") mode = a;
+    else if (a == "--rows") rows = std::stoi(next());
     else if (a == "--ring-slots") ring_slots = std::stoi(next());
     else if (a == "--target") target_dir = next();
     else if (a == "--long-golden") long_golden = next();
@@ -85,14 +90,17 @@ int main(int argc, char** argv) {
                  "       %s --bench --synthetic NAME --context N [--budgets B,B,...] [--iters N] [--seed S] "
                  "[--kv-dtype fp32|bf16]\n"
                  "       %s --host-bench --synthetic NAME --context N [--budgets B] [--ring-slots N] [--iters N] "
-                 "[--kv-dtype fp32|bf16]\n",
-                 argv[0], argv[0], argv[0]);
+                 "[--kv-dtype fp32|bf16]\n"
+                 "       %s --quest --synthetic NAME --context N [--rows N] [--iters N] [--seed S]\n",
+                 argv[0], argv[0], argv[0], argv[0]);
     return 2;
   }
   json report;
   bool ok = true;
   try {
-    if (mode == "--bench") {
+    if (mode == "--quest") {
+      report = quest_scores_check(shape, context, rows, seed, iters, ok);
+    } else if (mode == "--bench") {
       report = view_bench(shape, context, budgets, seed, iters, opt, ok);
     } else if (mode == "--host-bench") {
       report = host_view_bench(shape, context, budgets.front(), ring_slots, seed, iters, opt, ok);
