@@ -7,6 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
+
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_paths.h"
 
@@ -28,6 +31,13 @@ cudaError_t attention_typed(const AttentionShape& s, const PagedPool& pool, cons
   // The default: verify windows on the window kernel (merged by a second kernel; the
   // counters stay zero), decode and prefill on the chunk kernel.
   if (!reference && use_window_path<T>(s, pool, b)) return launch_window_path<T>(s, pool, b, outb, stream);
+  if (!reference && b.counters != nullptr && (attention_variant() & kAttentionHeadMerge) != 0) {
+    // Variant bit 1: the records merged by a second kernel, a block per (row, query head).
+    AttentionBatch two = b;
+    two.counters = nullptr;
+    const cudaError_t e = launch_chunk_path<T>(s, pool, two, outb, false, stream);
+    return e != cudaSuccess ? e : launch_head_merge(s, two, outb, stream);
+  }
   const cudaError_t e = launch_chunk_path<T>(s, pool, b, outb, reference, stream);
   if (e != cudaSuccess || (!reference && b.counters != nullptr)) return e;  // merged by the chunk kernel
   return launch_combine(s, b, outb, stream);
@@ -43,7 +53,24 @@ cudaError_t attention_impl(const AttentionShape& s, const PagedPool& pool, const
   }
 }
 
+/// -1 until read from SPECPIPE_ATTENTION_VARIANT (attention.h).
+std::atomic<int> variant_state{-1};
+
 }  // namespace
+
+int attention_variant() {
+  int v = variant_state.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("SPECPIPE_ATTENTION_VARIANT");
+    v = e != nullptr && *e != '\0' ? std::atoi(e) & (kAttentionVariants - 1) : kDefaultAttentionVariant;
+    variant_state.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+void set_attention_variant(int variant) {
+  variant_state.store(variant & (kAttentionVariants - 1), std::memory_order_relaxed);
+}
 
 cudaError_t attention(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, cudaStream_t stream) {
   return attention_impl(s, pool, b, nullptr, false, stream);

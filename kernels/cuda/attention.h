@@ -83,4 +83,23 @@ cudaError_t attention_reference(const AttentionShape& shape, const PagedPool& po
 cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, const AttentionBatch& batch,
                            uint16_t* out_bf16, cudaStream_t stream);
 
+/// Variants of the decode and verify-window launches (issue 16 item 2), each giving every
+/// other path's bits (the arithmetic and its orders are unchanged; only who loads what and
+/// where from differs), chosen at launch: bit 1 merges a row's chunks in a second kernel
+/// with a block per (row, query head) (the split path's head merge; decode: instead of the
+/// chunk kernel's last block, windows: instead of a block per (row, kv head)); bit 2: a
+/// BF16 chunk block copies its keys to shared memory in 16-byte pieces (cp.async) instead
+/// of loading 2 bytes a lane; bit 4: the chunk kernel built for two blocks an SM (64
+/// registers a thread; head_dim 33..128, one value chain a thread). The default,
+/// kDefaultAttentionVariant, won the A/B of kernels/cuda/README.md ("Eleventh session");
+/// SPECPIPE_ATTENTION_VARIANT (0..7, read on first use) overrides it.
+constexpr int kAttentionHeadMerge = 1;
+constexpr int kAttentionStageKeys = 2;
+constexpr int kAttentionTwoBlocks = 4;
+constexpr int kAttentionVariants = 8;
+constexpr int kDefaultAttentionVariant = 7;
+int attention_variant();
+/// For checks and A/B timings: the variant every later launch takes.
+void set_attention_variant(int variant);
+
 }  // namespace specpipe::cuda

@@ -142,9 +142,16 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
 /// scores are computed, so the value chains wait for one round of loads, not one per 16
 /// keys; the sums read the same floats in the same order. With b.counters the last block
 /// of (row, kv head) to finish merges the row's chunks for the group's heads (outb: BF16).
-template <int kDimLanes, int kHeadsPerThread, class T>
-__global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(AttentionShape s, PagedPool pool,
-                                                                   AttentionBatch b, uint16_t* outb, bool stage) {
+/// With stage_keys (variant bit 2, BF16 with stage) the keys are copied to shared memory
+/// too, in 16-byte pieces (the FP32-sized staging room's second half), and the scores read
+/// the same bits from there instead of 2 bytes a lane from global memory. kMinBlocks 2
+/// (variant bit 4): built for two blocks an SM (at most 64 registers a thread); 0: no
+/// minimum given, as the kernel was before (__launch_bounds__(n, 0) is __launch_bounds__(n):
+/// an explicit 1 let ptxas take 80-88 registers where it had taken 40-64, one block an SM).
+template <int kDimLanes, int kHeadsPerThread, class T, int kMinBlocks = 0>
+__global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kernel(AttentionShape s, PagedPool pool,
+                                                                   AttentionBatch b, uint16_t* outb, bool stage,
+                                                                   bool stage_keys) {
   // Grid (kv head, chunk, row): a graph launches the pool's capacity of chunks; the rows'
   // real chunks come first in launch order, and the blocks past a row's keys leave
   // before waiting for the kernel before, so over a long pool they do not hold the slots
@@ -158,17 +165,32 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
   const int32_t hd = task.hd, group = task.group, count = task.count;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
   T* const staged = reinterpret_cast<T*>(staged_values);
+  T* const staged_keys = staged + C * hd;  // stage_keys: BF16 only, the room's second half
   if (stage) {
     constexpr int kVec = kVecElems<T>;
     const int vecs = hd / kVec;  // stage requires head_dim % kVec == 0 and 16-byte aligned rows
+    if (stage_keys) {
+      for (int i = tid; i < count * vecs; i += kFastThreads)
+        copy_async16(staged_keys + i * kVec, sh.krow[i / vecs] + (i % vecs) * kVec);
+      copy_async_commit();
+    }
     for (int i = tid; i < count * vecs; i += kFastThreads)
       copy_async16(staged + i * kVec, sh.vrow[i / vecs] + (i % vecs) * kVec);
+    if (stage_keys) {
+      copy_async_commit();
+      copy_async_wait_prior<1>();  // the keys; the values may still be on their way
+      __syncthreads();
+    }
   }
 
   // Scores, as the reference: a warp per key, lane l holding dims l, l+32, ..., one FMA
   // chain then a fixed butterfly; a warp takes kKeys keys at a time so their loads are
   // in flight together and their butterflies interleave.
   constexpr int kKeys = C / kFastWarps;  // one pass: every warp's keys in flight together
+  const auto krow_of = [&](int jl) -> const T* {
+    if constexpr (sizeof(T) == 2) return stage_keys ? staged_keys + jl * hd : sh.krow[jl];
+    else return sh.krow[jl];  // FP32 keys are never staged (the room holds the values only)
+  };
   for (int base = warp; base < C; base += kKeys * kFastWarps) {
     float kreg[kKeys][kDimLanes];
 #pragma unroll
@@ -176,7 +198,7 @@ __global__ void __launch_bounds__(kFastThreads) attention_chunk_kernel(Attention
       const int jl = base + u * kFastWarps;
 #pragma unroll
       for (int t = 0; t < kDimLanes; ++t)
-        kreg[u][t] = jl < count && lane + 32 * t < hd ? kv_float(sh.krow[jl][lane + 32 * t]) : 0.0f;
+        kreg[u][t] = jl < count && lane + 32 * t < hd ? kv_float(krow_of(jl)[lane + 32 * t]) : 0.0f;
     }
     for (int g = 0; g < group; ++g) {
       float dot[kKeys];
@@ -293,14 +315,22 @@ cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const 
   auto* kernel = per_thread <= 1   ? attention_chunk_kernel<kDimLanes, 1, T>
                  : per_thread <= 2 ? attention_chunk_kernel<kDimLanes, 2, T>
                                    : attention_chunk_kernel<kDimLanes, kMaxGroup, T>;
+  const int variant = attention_variant();
+  // Variant bit 4: the two-blocks-an-SM build for head_dim 33..128 and groups up to 4
+  // (head_dim 65..128) or 2 (33..64): the 8B, 4B and 0.6B shapes, the demo pair's.
+  if constexpr (kDimLanes == 2 || kDimLanes == 4) {
+    if ((variant & kAttentionTwoBlocks) != 0 && per_thread <= 1) kernel = attention_chunk_kernel<kDimLanes, 1, T, 2>;
+  }
   const bool stage = can_stage<T>(s, pool, b);
   // C x head_dim floats whatever the storage type: the values take half of it in BF16, and
   // the merging block's chunk weights all of it (the FP32 room: with BF16's half, rows of
   // over 1,024 chunks at group 4 fell back to the slow per-output merge, 1.4x a 128K step).
   const size_t staged_bytes = stage ? size_t{C} * s.head_dim * sizeof(float) : 0;
   if (const cudaError_t e = allow_dynamic_shared(kernel, staged_bytes); e != cudaSuccess) return e;
+  const bool stage_keys = stage && sizeof(T) == 2 && (variant & kAttentionStageKeys) != 0 && aligned16(pool.k) &&
+                          aligned16(b.k) && aligned16(pool.ring_k);
   return detail::launch_dependent_shared(kernel, grid, dim3(kFastThreads), staged_bytes, stream, true, s, pool, b,
-                                         outb, stage);
+                                         outb, stage, stage_keys);
 }
 
 }  // namespace

@@ -61,6 +61,13 @@ __device__ inline void copy_async16(void* to_shared, const void* from_global) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(from_global) : "memory");
 }
 __device__ inline void copy_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+/// Closes the group of this thread's copies issued so far; copy_async_wait_prior<N> waits
+/// until at most N of its groups are still in flight.
+__device__ inline void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void copy_async_wait_prior() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 /// How a row's chunk records (max m_c, sum s_c, value sums a_c) merge, chunks in
 /// ascending order: M = max m_c, S = sum e^(m_c - M) s_c, out[d] = sum e^(m_c - M) a_c[d] / S.
@@ -187,13 +194,15 @@ __device__ inline void merge_row(const AttentionShape& s, const AttentionBatch& 
 /// (prefill) keep more blocks per SM instead. Either way the bits are the same.
 constexpr int32_t kStageMaxRows = 16;
 
+/// Whether a device address can start 16-byte copies (cp.async).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 /// Whether the values can be staged: whole 16-byte copies of every value row.
 template <class T>
 bool can_stage(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   constexpr int kVec = kVecElems<T>;
   return b.total_tokens <= kStageMaxRows && s.head_dim % kVec == 0 && pool.slot_stride % kVec == 0 &&
-         b.ld_kv % kVec == 0 && aligned(pool.v) && aligned(b.v) && aligned(pool.ring_v);
+         b.ld_kv % kVec == 0 && aligned16(pool.v) && aligned16(b.v) && aligned16(pool.ring_v);
 }
 
 /// The batch's row groups for the kernels that share K/V loads among a window's rows

@@ -265,6 +265,8 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
                                       true, s, pool, b, rows_per_group, max_slots);
   if (e != cudaSuccess) return e;
+  // Variant bit 1 (attention.h): a block per (row, query head) merges instead.
+  if ((attention_variant() & kAttentionHeadMerge) != 0) return launch_head_merge(s, b, outb, stream);
   return launch_merge(s, b, outb, stream);
 }
 

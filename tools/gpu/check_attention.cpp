@@ -78,33 +78,58 @@ struct Window {
   const float* v;
 };
 
+/// A batch of windows on the device: the queries and the windows' own K/V (FP32, and as
+/// BF16 bits), the plan's metadata, the workspace and zeroed counters; `b` is the batch
+/// over them with the counters (the chunk kernel's last block merging: the forward's way).
+struct DeviceWindows {
+  std::vector<float> k, v;  // the windows' K/V on the host
+  cuda::AttentionPlan plan;
+  DeviceBuffer<float> dq, dk, dv, dout, ws;
+  DeviceBuffer<uint16_t> dkb, dvb;
+  DeviceBuffer<uint32_t> counters;
+  DeviceBuffer<int32_t> dtables, dtoken;
+  DeviceBuffer<cuda::AttentionWindowDesc> ddesc;
+  cuda::AttentionBatch b{};
+
+  DeviceWindows(const cuda::AttentionShape& s, const std::vector<Window>& windows) {
+    const int64_t ldq = int64_t{s.num_heads} * s.head_dim, ldkv = int64_t{s.num_kv_heads} * s.head_dim;
+    std::vector<cuda::AttentionWindowSpec> specs;
+    std::vector<int32_t> tables;
+    std::vector<float> q;
+    for (const Window& w : windows) {
+      specs.push_back({w.prefix_len, w.n, static_cast<int32_t>(tables.size())});
+      tables.insert(tables.end(), w.table->begin(), w.table->end());
+      q.insert(q.end(), w.q, w.q + w.n * ldq);
+      k.insert(k.end(), w.k, w.k + w.n * ldkv);
+      v.insert(v.end(), w.v, w.v + w.n * ldkv);
+    }
+    plan = cuda::plan_attention(specs);
+    dq = DeviceBuffer<float>(q);
+    dk = DeviceBuffer<float>(k);
+    dv = DeviceBuffer<float>(v);
+    dkb = DeviceBuffer<uint16_t>(to_bf16(k));
+    dvb = DeviceBuffer<uint16_t>(to_bf16(v));
+    dout = DeviceBuffer<float>(static_cast<size_t>(plan.total_tokens * ldq));
+    ws = DeviceBuffer<float>(static_cast<size_t>(plan.workspace_floats(s.num_heads, s.head_dim)));
+    counters = DeviceBuffer<uint32_t>(std::vector<uint32_t>(static_cast<size_t>(plan.counters(s.num_kv_heads)), 0));
+    dtables = DeviceBuffer<int32_t>(tables);
+    dtoken = DeviceBuffer<int32_t>(plan.token_window);
+    ddesc = DeviceBuffer<cuda::AttentionWindowDesc>(plan.windows);
+    b = {dq.get(),   dk.get(),          dv.get(),        dout.get(), ldq,           ldkv, ldq, ddesc.get(),
+         dtoken.get(), plan.total_tokens, plan.max_chunks, ws.get(),  counters.get()};
+  }
+};
+
 /// Runs the windows as one GPU batch; returns out [total, H*hd].
 std::vector<float> gpu_attention(const cuda::AttentionShape& s, PoolFixture& pool, const std::vector<Window>& windows,
-                                 cudaStream_t stream, double* time_us_out = nullptr) {
-  const int64_t ldq = int64_t{s.num_heads} * s.head_dim, ldkv = int64_t{s.num_kv_heads} * s.head_dim;
-  std::vector<cuda::AttentionWindowSpec> specs;
-  std::vector<int32_t> tables;
-  std::vector<float> q, k, v;
-  for (const Window& w : windows) {
-    specs.push_back({w.prefix_len, w.n, static_cast<int32_t>(tables.size())});
-    tables.insert(tables.end(), w.table->begin(), w.table->end());
-    q.insert(q.end(), w.q, w.q + w.n * ldq);
-    k.insert(k.end(), w.k, w.k + w.n * ldkv);
-    v.insert(v.end(), w.v, w.v + w.n * ldkv);
-  }
-  const cuda::AttentionPlan plan = cuda::plan_attention(specs);
-  DeviceBuffer<float> dq(q), dk(k), dv(v), dout(static_cast<size_t>(plan.total_tokens * ldq));
-  DeviceBuffer<float> ws(static_cast<size_t>(plan.workspace_floats(s.num_heads, s.head_dim)));
-  DeviceBuffer<uint32_t> counters(std::vector<uint32_t>(static_cast<size_t>(plan.counters(s.num_kv_heads)), 0));
-  DeviceBuffer<int32_t> dtables(tables), dtoken(plan.token_window);
-  DeviceBuffer<cuda::AttentionWindowDesc> ddesc(plan.windows);
-  const cuda::PagedPool p{pool.dk.get(), pool.dv.get(), pool.stride, kBlockSize, dtables.get()};
-  // One launch: the chunk kernel's last block per (row, kv head) merges (the forward's way).
-  const cuda::AttentionBatch b{dq.get(),       dk.get(),  dv.get(), dout.get(), ldq, ldkv, ldq, ddesc.get(),
-                               dtoken.get(),   plan.total_tokens, plan.max_chunks, ws.get(), counters.get()};
+                                 cudaStream_t stream) {
+  DeviceWindows dw(s, windows);
+  const auto& k = dw.k;
+  const auto& v = dw.v;
+  const cuda::AttentionBatch& b = dw.b;
+  const cuda::PagedPool p{pool.dk.get(), pool.dv.get(), pool.stride, kBlockSize, dw.dtables.get()};
   CUDA_OK(cuda::attention(s, p, b, stream));
-  if (time_us_out) *time_us_out = time_us(stream, 5, 50, [&] { cuda::attention(s, p, b, stream); });
-  auto out = dout.download();
+  auto out = dw.dout.download();
   // attention_bf16 (the forward's fused output cast) must give f32_to_bf16 of `out`, bit for bit;
   // run without counters, it also checks the two-launch merge (combine kernel) against the one-launch one.
   DeviceBuffer<uint16_t> dout_bf16(out.size());
@@ -116,8 +141,9 @@ std::vector<float> gpu_attention(const cuda::AttentionShape& s, PoolFixture& poo
   ++g_bf16_runs;
   // the first kernel version: the same bits
   DeviceBuffer<float> dref(out.size());
-  const cuda::AttentionBatch bref{dq.get(), dk.get(), dv.get(), dref.get(), ldq, ldkv, ldq, ddesc.get(), dtoken.get(),
-                                  plan.total_tokens, plan.max_chunks, ws.get()};
+  cuda::AttentionBatch bref = b;
+  bref.out = dref.get();
+  bref.counters = nullptr;
   CUDA_OK(cuda::attention_reference(s, p, bref, stream));
   const auto ref = dref.download();
   for (size_t i = 0; i < out.size(); ++i) g_ref_mismatches += std::memcmp(&ref[i], &out[i], sizeof(float)) != 0;
@@ -125,18 +151,17 @@ std::vector<float> gpu_attention(const cuda::AttentionShape& s, PoolFixture& poo
   // BF16 storage: the pool and the window's K/V as BF16 bits; the FP32 kernels over the
   // same values widened must give the same bits (the BF16 kernels widen exactly, then run
   // the FP32 arithmetic), and so must the BF16 reference kernel.
-  const auto kb = to_bf16(k), vb = to_bf16(v);
-  DeviceBuffer<uint16_t> dkb(kb), dvb(vb);
-  DeviceBuffer<float> dkr(widen(kb)), dvr(widen(vb)), dout_r(out.size()), dout_b(out.size()), dout_bref(out.size());
-  const cuda::PagedPool pr{pool.rk.get(), pool.rv.get(), pool.stride, kBlockSize, dtables.get()};
-  cuda::PagedPool pb{pool.bk.get(), pool.bv.get(), pool.stride, kBlockSize, dtables.get()};
+  DeviceBuffer<float> dkr(widen(to_bf16(k))), dvr(widen(to_bf16(v))), dout_r(out.size()), dout_b(out.size()),
+      dout_bref(out.size());
+  const cuda::PagedPool pr{pool.rk.get(), pool.rv.get(), pool.stride, kBlockSize, dw.dtables.get()};
+  cuda::PagedPool pb{pool.bk.get(), pool.bv.get(), pool.stride, kBlockSize, dw.dtables.get()};
   pb.dtype = DType::bf16;
   cuda::AttentionBatch br = b, bb = b;
   br.k = dkr.get();
   br.v = dvr.get();
   br.out = dout_r.get();
-  bb.k = dkb.get();
-  bb.v = dvb.get();
+  bb.k = dw.dkb.get();
+  bb.v = dw.dvb.get();
   bb.out = dout_b.get();
   CUDA_OK(cuda::attention(s, pr, br, stream));
   CUDA_OK(cuda::attention(s, pb, bb, stream));
@@ -297,25 +322,60 @@ void check_window_invariance(Report& report, cudaStream_t stream, int32_t heads,
   report.bitwise(name + ": windows [P+a, P+N)", got.data(), want.data(), want.size());
 }
 
+/// Attention alone at the Llama-3-8B shape, decode and a 5-token window at the end of a
+/// long prefix, FP32 and BF16 K/V, in every variant of attention.h (eager, back-to-back
+/// launches, mean of 50): one timing entry per case with each variant's microseconds and
+/// K/V read rate, and a check that every variant wrote variant 0's bits.
 void time_attention(Report& report, cudaStream_t stream) {
   const int32_t heads = 32, kv = 8, hd = 128;  // Llama-3-8B
   const cuda::AttentionShape s = shape_of(heads, kv, hd);
   const int64_t ldq = int64_t{heads} * hd, ldkv = int64_t{kv} * hd;
-  for (int32_t context : {512, 2048, 4096, 32768}) {
+  const int default_variant = cuda::attention_variant();
+  int64_t mismatches = 0, compared = 0;
+  for (int32_t context : {4096, 8192, 32768, 131072}) {
     PoolFixture pool(kv, hd, context / kBlockSize + 1, 950);
     pool.upload();
     const auto table = pool.table(context + 9, 951);
     const auto q = random_floats(static_cast<size_t>(9 * ldq), 952), k = random_floats(static_cast<size_t>(9 * ldkv), 953);
-    for (int32_t n : {1, 5, 9}) {
-      double us = 0;
-      gpu_attention(s, pool, {{context - n, n, &table, q.data(), k.data(), k.data()}}, stream, &us);
-      const double kv_bytes = 2.0 * context * ldkv * sizeof(float);
-      report.timing({{"name", fmt::format("attention llama3-8b context {} window {}", context, n)},
-                     {"us", us},
-                     {"kv_bytes", kv_bytes},
-                     {"kv_read_GBps", kv_bytes / us * 1e-3}});
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      const bool bf16 = dtype == DType::bf16;
+      for (int32_t n : {1, 5}) {
+        DeviceWindows dw(s, {{context - n, n, &table, q.data(), k.data(), k.data()}});
+        cuda::PagedPool p{bf16 ? static_cast<const void*>(pool.bk.get()) : pool.dk.get(),
+                          bf16 ? static_cast<const void*>(pool.bv.get()) : pool.dv.get(), pool.stride, kBlockSize,
+                          dw.dtables.get()};
+        p.dtype = dtype;
+        cuda::AttentionBatch b = dw.b;
+        if (bf16) {
+          b.k = dw.dkb.get();
+          b.v = dw.dvb.get();
+        }
+        const double kv_bytes = 2.0 * context * ldkv * (bf16 ? 2 : 4);
+        nlohmann::json us_of, rate_of;
+        std::vector<float> first;
+        for (int variant = 0; variant < cuda::kAttentionVariants; ++variant) {
+          cuda::set_attention_variant(variant);
+          CUDA_OK(cuda::attention(s, p, b, stream));
+          const auto out = dw.dout.download();
+          if (variant == 0) first = out;
+          for (size_t i = 0; i < out.size(); ++i) mismatches += std::memcmp(&out[i], &first[i], sizeof(float)) != 0;
+          ++compared;
+          const double us = time_us(stream, 5, 50, [&] { cuda::attention(s, p, b, stream); });
+          us_of[std::to_string(variant)] = us;
+          rate_of[std::to_string(variant)] = kv_bytes / us * 1e-3;
+        }
+        report.timing({{"name", fmt::format("attention llama3-8b {} context {} window {}", bf16 ? "bf16" : "fp32",
+                                            context, n)},
+                       {"us", us_of[std::to_string(default_variant)]},
+                       {"kv_bytes", kv_bytes},
+                       {"variant_us", us_of},
+                       {"variant_kv_read_GBps", rate_of}});
+      }
     }
   }
+  cuda::set_attention_variant(default_variant);
+  report.exact_count("attention variants 1..7 == variant 0 bitwise (timed shapes, FP32 and BF16 K/V)", mismatches,
+                     fmt::format("{} launches compared", compared));
 }
 
 }  // namespace

@@ -16,7 +16,8 @@
 #      window / step; the median ratio per (shape, context, variant) at the end.
 # Environment: SHAPES ("llama3-8b"), CONTEXTS ("512"), VARIANTS ("0 3"), ROUNDS (2),
 # ITERS (10), KV_DTYPE (fp32), CHECKS (1; 0 skips 1-2), READ_GBPS (skips 3; else the rate an
-# earlier run left in $OUT/read_gbps.txt), TAG.
+# earlier run left in $OUT/read_gbps.txt), TAG, VARIANT_VAR (the variable step 4 sets:
+# SPECPIPE_GEMM_MMA_VARIANT; attention_variants.sh sets SPECPIPE_ATTENTION_VARIANT).
 # JSON: $OUT/gemm_variants$TAG.json (every run and the medians).
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
@@ -26,6 +27,7 @@ gpu_environment gemm_variants
 cat "$out/gemm_variants_environment.txt"
 status=0
 variants="${VARIANTS:-0 3}"
+variant_var="${VARIANT_VAR:-SPECPIPE_GEMM_MMA_VARIANT}"
 if [[ "${CHECKS:-1}" == 1 ]]; then
   timeout 150 "$check" --groups gemm >"$out/gemm_check.json" 2>"$out/gemm_check.stderr"
   rc=$?
@@ -62,8 +64,8 @@ for round in $(seq "${ROUNDS:-2}"); do
     for context in ${CONTEXTS:-512}; do
       for variant in $variants; do
         json="$out/gv_${shape}_${context}_${variant}_${round}.json"
-        # "default": the variable unset (the build's kDefaultMmaVariant).
-        if [[ $variant == default ]]; then unset SPECPIPE_GEMM_MMA_VARIANT; else export SPECPIPE_GEMM_MMA_VARIANT=$variant; fi
+        # "default": the variable unset (the build's default variant).
+        if [[ $variant == default ]]; then unset "$variant_var"; else export "$variant_var=$variant"; fi
         SPECPIPE_SYNTHETIC_QUICK=1 timeout 120 "$exe" --synthetic "$shape" \
           --context "$context" --prefill-max 0 --iters "${ITERS:-10}" --kv-dtype "${KV_DTYPE:-fp32}" \
           >"$json" 2>"${json%.json}.stderr"
