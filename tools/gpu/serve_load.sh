@@ -26,7 +26,8 @@
 # level, "1:16 8:4 32:4 128:2": 16 at one client covers every public prompt alone),
 # MAX_TOKENS (64), DRAFT_GAMMAS ("2 4 6"), NGRAM_GAMMA (4), MODES ("plain draft ngram scv"),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
-# SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), PACK (below), OUT ($OUT or gpu-out/).
+# SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
+# syncs too), PACK (below), OUT ($OUT or gpu-out/).
 # Exit status: non-zero if a server failed, a request failed or an output differed.
 set -uo pipefail
 root="$(pwd)"
@@ -134,17 +135,24 @@ if [[ "${SYNCS:-$([[ $device == cpu ]] && echo 0 || echo 1)}" == 1 ]]; then
     levels=(1)
     requests="1:${SYNC_REQUESTS:-16}"
     saved_tokens="$max_tokens"
+    # With BASE_EXE and BASE_SYNCS=1 the old binary is counted too (modes base_plain,
+    # base_draft_g4): syncs per round before / after a change in one call.
+    binaries=("=$specpipe_plain")
+    [[ -n "${BASE_EXE:-}" && "${BASE_SYNCS:-0}" == 1 ]] && binaries+=("base_=$BASE_EXE")
     for tokens in ${SYNC_TOKENS:-64 128}; do
       max_tokens="$tokens"
-      for mode in plain draft_g4; do
-        specpipe="$out/sync_specpipe.sh"
-        printf '#!/usr/bin/env bash\nSERVE_SYNC_COUNT_FILE="%s" LD_PRELOAD="%s" exec "%s" "$@"\n' \
-          "$out/syncs_${mode}_t$tokens.txt" "$shim" "$specpipe_plain" >"$specpipe"
-        chmod +x "$specpipe"
-        warmup_override=0
-        if [[ $mode == plain ]]; then run_mode "syncs_${mode}_t$tokens" "$here/serve_load.yaml" --no-spec
-        else run_mode "syncs_${mode}_t$tokens" "$here/serve_load.yaml" --drafter model --gamma 4; fi
-        unset warmup_override
+      for binary in "${binaries[@]}"; do
+        for mode in plain draft_g4; do
+          name="syncs_${binary%%=*}${mode}_t$tokens"
+          specpipe="$out/sync_specpipe.sh"
+          printf '#!/usr/bin/env bash\nSERVE_SYNC_COUNT_FILE="%s" LD_PRELOAD="%s" exec "%s" "$@"\n' \
+            "$out/$name.txt" "$shim" "${binary#*=}" >"$specpipe"
+          chmod +x "$specpipe"
+          warmup_override=0
+          if [[ $mode == plain ]]; then run_mode "$name" "$here/serve_load.yaml" --no-spec
+          else run_mode "$name" "$here/serve_load.yaml" --drafter model --gamma 4; fi
+          unset warmup_override
+        done
       done
     done
     specpipe="$specpipe_plain"
