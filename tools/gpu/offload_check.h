@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <string>
 
 #include "model/cuda/cuda_transformer.h"
 
@@ -27,5 +28,12 @@ nlohmann::json offload_check(CudaTransformer& m, int32_t prompt_len, int32_t ste
 /// largest difference is over `tol` times the largest FP32 logit magnitude.
 nlohmann::json kv_dtype_error(CudaTransformer& f32, CudaTransformer& other, int32_t prompt_len, int32_t steps,
                               uint64_t seed, double tol, bool& ok);
+
+/// specpipe_gpu_generate --offload-check: offload_check on the model in `target_dir` and on
+/// a synthetic shape (synthetic_models.h) with random weights, `prompt_len` prompt tokens,
+/// each in a pool sized for it; where opt.kv_dtype is not FP32, kv_dtype_error against an
+/// FP32 store of each (tolerance 0.02 of the largest logit magnitude).
+nlohmann::json offload_checks(const std::string& target_dir, const std::string& shape, int32_t prompt_len,
+                              uint64_t seed, CudaTransformerOptions opt, bool& ok);
 
 }  // namespace specpipe::gpu_tool

@@ -11,7 +11,6 @@
 //   --quest --synthetic NAME --context N [--rows N] [--iters N] [--seed S]: Quest scores
 //       on the device vs the CPU's, bit for bit, and both paths timed (quest_scores_check.h).
 // (partial_view_check.h). Prints one JSON object; exits 1 on a failed check or an error.
-#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -25,6 +24,7 @@
 #include "tools/gpu/host_view_bench.h"
 #include "tools/gpu/partial_view_check.h"
 #include "tools/gpu/quest_scores_check.h"
+#include "tools/gpu/tool_support.h"
 
 using namespace specpipe;
 using namespace specpipe::gpu_tool;
@@ -42,43 +42,24 @@ int main(int argc, char** argv) {
   int32_t rows = 133;  // --quest: a full round's window (buffer 128 + pending + 4 drafts)
   uint64_t seed = 1;
   CudaTransformerOptions opt;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    const std::string& a = args.arg();
     if (a == "--check" || a == "--bench" || a == "--host-bench" || a == "--quest") mode = a;
-    else if (a == "--rows") rows = std::stoi(next());
-    else if (a == "--ring-slots") ring_slots = std::stoi(next());
-    else if (a == "--target") target_dir = next();
-    else if (a == "--long-golden") long_golden = next();
-    else if (a == "--synthetic") shape = next();
-    else if (a == "--context") context = std::stoi(next());
-    else if (a == "--logit-tol") logit_tol = std::stod(next());
-    else if (a == "--tie-tol") tie_tol = std::stod(next());
-    else if (a == "--iters") iters = std::stoi(next());
-    else if (a == "--seed") seed = std::stoull(next());
+    else if (a == "--rows") rows = args.int_value();
+    else if (a == "--ring-slots") ring_slots = args.int_value();
+    else if (a == "--target") target_dir = args.value();
+    else if (a == "--long-golden") long_golden = args.value();
+    else if (a == "--synthetic") shape = args.value();
+    else if (a == "--context") context = args.int_value();
+    else if (a == "--logit-tol") logit_tol = args.double_value();
+    else if (a == "--tie-tol") tie_tol = args.double_value();
+    else if (a == "--iters") iters = args.int_value();
+    else if (a == "--seed") seed = args.u64_value();
     else if (a == "--kv-dtype") {  // the bench's K/V store (the check needs FP32 keys)
-      const std::string d = next();
-      if (d == "fp32") opt.kv_dtype = DType::f32;
-      else if (d == "bf16") opt.kv_dtype = DType::bf16;
-      else {
-        std::fprintf(stderr, "--kv-dtype: %s is not fp32 or bf16\n", d.c_str());
-        return 2;
-      }
-    }
-    else if (a == "--budgets") {
-      budgets.clear();
-      const std::string list = next();
-      for (size_t at = 0; at < list.size();) {
-        const size_t comma = std::min(list.find(',', at), list.size());
-        budgets.push_back(std::stoi(list.substr(at, comma - at)));
-        at = comma + 1;
-      }
+      if (!read_kv_dtype(args, opt.kv_dtype, /*accept_f32=*/false)) return 2;
+    } else if (a == "--budgets") {
+      budgets = parse_int_list(args.value());
     } else {
       mode.clear();
       break;

@@ -1,5 +1,8 @@
 #include "tools/gpu/tool_support.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace specpipe::gpu_tool {
 
 double stream_ms(const std::function<void()>& enqueue) {
@@ -60,6 +63,41 @@ size_t first_difference(const std::vector<int32_t>& a, const std::vector<int32_t
   const size_t n = std::min(a.size(), b.size());
   return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n), b.begin()).first -
                              a.begin());
+}
+
+bool ArgReader::next() {
+  if (++at_ >= argc_) return false;
+  arg_ = argv_[at_];
+  return true;
+}
+
+std::string ArgReader::value() {
+  if (at_ + 1 >= argc_) {
+    std::fprintf(stderr, "%s needs a value\n", arg_.c_str());
+    std::exit(2);
+  }
+  return argv_[++at_];
+}
+
+bool read_kv_dtype(ArgReader& args, DType& out, bool accept_f32) {
+  const std::string d = args.value();
+  if (d == "fp32" || (accept_f32 && d == "f32")) out = DType::f32;
+  else if (d == "bf16") out = DType::bf16;
+  else {
+    std::fprintf(stderr, "--kv-dtype: %s is not fp32 or bf16\n", d.c_str());
+    return false;
+  }
+  return true;
+}
+
+std::vector<int32_t> parse_int_list(const std::string& list) {
+  std::vector<int32_t> out;
+  for (size_t at = 0; at < list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    out.push_back(std::stoi(list.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  return out;
 }
 
 }  // namespace specpipe::gpu_tool

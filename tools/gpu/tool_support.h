@@ -1,10 +1,12 @@
 #pragma once
-/// Small helpers the GPU tools share (specpipe_gpu_generate and its synthetic benchmark):
-/// wall-clock timing, medians, CUDA status checks and a chunked prefill.
+/// Small helpers the GPU tools share (specpipe_gpu_generate, specpipe_specpv_gpu):
+/// wall-clock timing, medians, CUDA status checks, a chunked prefill and the command-line
+/// walk (ArgReader).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <stdexcept>
@@ -57,5 +59,33 @@ void gpu_prefill(CudaTransformer& m, KvStore& kv, SeqId seq, std::span<const int
 /// Host wall time of one forward of `w` in microseconds (incl. its sync): 3 warm-up
 /// forwards, then the median of `iters`.
 double median_forward_us(CudaTransformer& m, const ForwardWindow& w, const KvStore& kv, int iters);
+
+/// Walks a tool's command line, argv[1] onwards: next() moves to the next argument, arg() is
+/// it, value() takes the one after it as the flag's value. A flag without one prints
+/// "<flag> needs a value" and exits with status 2; a value that is not a number throws
+/// (std::stoi and friends), as the tools always did.
+class ArgReader {
+ public:
+  ArgReader(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  bool next();
+  const std::string& arg() const { return arg_; }
+  std::string value();
+  int32_t int_value() { return std::stoi(value()); }
+  double double_value() { return std::stod(value()); }
+  uint64_t u64_value() { return std::stoull(value()); }
+
+ private:
+  int argc_;
+  char** argv_;
+  int at_ = 0;
+  std::string arg_;
+};
+
+/// --kv-dtype's value: "fp32" (also "f32" where accept_f32) or "bf16" into `out`; anything
+/// else prints "--kv-dtype: <value> is not fp32 or bf16" and returns false (the tool exits 2).
+bool read_kv_dtype(ArgReader& args, DType& out, bool accept_f32);
+
+/// "256,512,1024" -> {256, 512, 1024} (std::stoi on each item).
+std::vector<int32_t> parse_int_list(const std::string& list);
 
 }  // namespace specpipe::gpu_tool

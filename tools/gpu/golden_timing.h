@@ -1,0 +1,18 @@
+#pragma once
+/// specpipe_gpu_generate's timings of the demo pair on the GPU (part (d), unless
+/// --no-timing): plain and speculative tok/s over all cases at batch 1 (median of
+/// `repeat` sweeps; gamma 1..8, the best without the draft chain, where the best spends
+/// its time), the target's verify-window cost for n = 1..9 after case 0's prompt, and the
+/// draft's decode step alone and inside a greedy chain of 4.
+#include <nlohmann/json.hpp>
+
+#include "kvstore/kv_store.h"
+#include "model/cuda/cuda_transformer.h"
+
+namespace specpipe::gpu_tool {
+
+/// The report's "timing" object.
+nlohmann::json golden_timing(CudaTransformer& gt, KvStore& kvt, CudaTransformer& gd, KvStore& kvd,
+                             const nlohmann::json& cases, int repeat);
+
+}  // namespace specpipe::gpu_tool
