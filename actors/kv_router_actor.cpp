@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "pipeline/plugin_kv_writer.h"
+#include "pipeline/prefill.h"
 
 namespace specpipe::actors {
 namespace {
@@ -31,6 +32,10 @@ int32_t plan_prefill_pass(KvStore& kv, AdmitBatch& b, int32_t chunk) {
   for (AdmitItem& it : b.items) {
     if (it.seq < 0) continue;
     const auto context = static_cast<int32_t>(it.context.size());
+    if (it.layerwise) {  // booked and reserved whole at admission
+      it.prefill_end = context;
+      continue;
+    }
     it.prefill_end = kv.host_tier() ? std::min(context, it.prefilled + chunk) : context;
     if (it.prefill_end > it.prefilled) wanted += kv.blocks_needed(it.seq, it.prefill_end);
   }
@@ -46,6 +51,10 @@ bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b) {
   bool progress = false;
   for (AdmitItem& it : b.items) {
     if (it.seq < 0 || it.prefill_end == it.prefilled) continue;
+    if (it.layerwise) {
+      progress = true;
+      continue;
+    }
     try {
       kv.reserve(it.seq, it.prefill_end);
       progress = true;
@@ -65,26 +74,55 @@ bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b) {
   return progress;
 }
 
-void admit(KvStore& kv, AdmitBatch& b) {
+/// Layer-wise prefills (`offload.layerwise_*` metrics): run; refused by the model (then
+/// prefilled chunk by chunk); host blocks booked for them (counted in blocks_to_host,
+/// which the offload actor did not move).
+struct LayerwiseCounts {
+  int64_t prefills = 0, fallbacks = 0, host_blocks = 0;
+};
+
+/// `layerwise` (offload.prefill): a new context longer than the pool can hold now is
+/// booked for the layer-wise prefill (pipeline/prefill.h), its first blocks on the host.
+void admit(KvStore& kv, AdmitBatch& b, bool layerwise, LayerwiseCounts& counts) {
   Stopwatch clock;
   for (AdmitItem& it : b.items) {
     try {
       it.seq = kv.add_sequence(it.context, &it.cached);
+      it.prefilled = it.cached;
+      if (layerwise && kv.host_tier() && it.cached == 0 && !it.context.empty()) {
+        const int32_t host = book_layerwise(kv, it.seq, it.context);
+        it.layerwise = host > 0;
+        counts.host_blocks += host / kv.config().block_size;
+      }
     } catch (const std::exception& e) {
+      if (it.seq >= 0 && kv.contains(it.seq)) kv.release(it.seq);
+      it.seq = -1;
       it.error = e.what();
       continue;
     }
-    it.prefilled = it.cached;
   }
   b.commit_ms += clock.elapsed_ms();
 }
 
 /// Commits the pass the verifier just prefilled.
-void commit_prefill(KvStore& kv, AdmitBatch& b) {
+void commit_prefill(KvStore& kv, AdmitBatch& b, LayerwiseCounts& counts) {
   Stopwatch clock;
   for (AdmitItem& it : b.items) {
     if (it.seq < 0) continue;
-    if (it.error.empty()) {
+    if (it.error.empty() && it.layerwise) {
+      // The whole context ran layer by layer, or the model refused and the booking goes
+      // back: the next passes prefill it chunk by chunk from the start.
+      const bool ran = !it.layerwise_refused;
+      finish_layerwise(kv, it.seq, it.context, ran);
+      it.layerwise = false;
+      if (ran) {
+        ++counts.prefills;
+        it.prefilled = it.prefill_end;
+      } else {
+        ++counts.fallbacks;
+        it.prefilled = it.prefill_end = 0;
+      }
+    } else if (it.error.empty()) {
       const auto pass = std::span<const int32_t>(it.context).subspan(static_cast<size_t>(it.prefilled));
       kv.commit(it.seq, pass.first(static_cast<size_t>(it.prefill_end - it.prefilled)));
       it.prefilled = it.prefill_end;
@@ -166,6 +204,7 @@ void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
 struct KvRouterState {
   KvRouterDeps deps;
   bool sink_lent = false;  ///< a PrefillWork or VerifyWork is with the verifier
+  LayerwiseCounts layerwise;
   /// The offload actor's latest copy event: every forward from now on waits on it.
   CopyFence fence;
   std::vector<caf::typed_response_promise<std::string>> metrics_waiting;
@@ -174,6 +213,9 @@ struct KvRouterState {
     nlohmann::json j = kv_write_metrics(*deps.sink);
     if (deps.kv->host_tier()) {
       j["offload"] = offload_metrics(*deps.kv);
+      j["offload"]["layerwise_prefills"] = layerwise.prefills;
+      j["offload"]["layerwise_fallbacks"] = layerwise.fallbacks;
+      j["offload"]["layerwise_host_blocks"] = layerwise.host_blocks;
       if (deps.offload_stats)
         j["offload"]["actor"] = offload_actor_metrics(*deps.offload_stats, deps.offload_write_back.get());
     }
@@ -228,11 +270,11 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
   };
   return {
       [st, next_pass](AdmitWork& w) {
-        admit(*st->deps.kv, w.b);
+        admit(*st->deps.kv, w.b, st->deps.layerwise_prefill, st->layerwise);
         next_pass(std::make_shared<AdmitBatch>(std::move(w.b)));
       },
       [st, next_pass](PrefillDone& w) {
-        commit_prefill(*st->deps.kv, w.b);
+        commit_prefill(*st->deps.kv, w.b, st->layerwise);
         st->sink_returned();
         next_pass(std::make_shared<AdmitBatch>(std::move(w.b)));  // the next chunk, if any
       },

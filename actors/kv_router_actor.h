@@ -28,6 +28,9 @@ struct KvRouterDeps {
   /// copy queue (null on a device). The actor itself is peers->offload.
   std::shared_ptr<const OffloadActorStats> offload_stats;
   std::shared_ptr<const WriteBackQueue> offload_write_back;
+  /// With a host tier: a new context longer than the pool can hold now takes the
+  /// layer-wise prefill (offload.prefill: layerwise; pipeline/prefill.h).
+  bool layerwise_prefill = true;
 };
 
 /// The kv_write strategy's counters: pool traffic, and a plugin's own metrics.

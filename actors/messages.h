@@ -69,6 +69,12 @@ struct AdmitItem {
   /// between), so a prompt may be longer than the pool.
   int32_t prefilled = 0;
   int32_t prefill_end = 0;
+  /// Offload's layer-wise prefill (pipeline/prefill.h, book_layerwise): the kv-router
+  /// booked the context's first host blocks and reserved the rest; the verifier's pass
+  /// runs the whole context layer by layer and clears this flag when the model refused
+  /// (the kv-router then gives the booking back and prefills chunk by chunk).
+  bool layerwise = false;
+  bool layerwise_refused = false;
   std::string error;             ///< non-empty: this item failed (and holds no KV)
 };
 

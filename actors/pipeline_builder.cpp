@@ -92,6 +92,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                   .scheduler = {},
                   .prefill_chunk = c.scheduler.prefill_chunk,
                   .offload_write_back = nullptr};
+  p.layerwise_prefill = c.offload.prefill == "layerwise";
   KvStoreConfig kv_config = p.target->kv_config(blocks, c.kv.block_size);
   kv_config.prefix_cache = c.kv.prefix_cache;
   const bool partial_views = c.slots.verify_view != "full";
@@ -213,7 +214,8 @@ std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const Pip
     peers->offload = system.spawn(offload, OffloadDeps{parts.kv, parts.offload_write_back, offload_stats, OffloadPolicy::longest});
   }
   peers->kv_router = system.spawn(
-      kv_router, KvRouterDeps{peers, parts.kv, parts.sink, parts.prefill_chunk, offload_stats, parts.offload_write_back});
+      kv_router, KvRouterDeps{peers, parts.kv, parts.sink, parts.prefill_chunk, offload_stats, parts.offload_write_back,
+                                          parts.layerwise_prefill});
   peers->draft = system.spawn(draft, DraftDeps{peers, parts.drafter});
   peers->scheduler =
       spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner, parts.view_planner,

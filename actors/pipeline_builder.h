@@ -35,6 +35,8 @@ struct PipelineParts {
   /// Offload on the CPU: the copy thread of the store's moves to the host tier (null on
   /// a device, where the target's ring copies them, or with offload.overlap off).
   std::shared_ptr<WriteBackQueue> offload_write_back;
+  /// offload.prefill is `layerwise` (the kv-router's admission: pipeline/prefill.h).
+  bool layerwise_prefill = true;
 };
 
 /// Loads models and tokenizer on the configured device and sizes the stores (kv.tokens,

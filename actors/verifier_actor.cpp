@@ -176,8 +176,18 @@ void attribute_streamed(const VerifierState& st, RoundBatch& b, const std::vecto
 void prefill(VerifierState& st, AdmitBatch& b) {
   Stopwatch clock;
   std::vector<PrefillItem> items;
+  for (AdmitItem& it : b.items) {
+    if (!it.error.empty() || !it.layerwise) continue;
+    // Offload's layer-wise prefill, one sequence at a time; a refusal goes back to the
+    // kv-router, which gives the booking back and prefills it chunk by chunk.
+    try {
+      it.layerwise_refused = !run_layerwise(*st.deps.target, *st.deps.kv, it.seq, it.context, st.logits);
+    } catch (const std::exception& e) {
+      it.error = e.what();
+    }
+  }
   for (const AdmitItem& it : b.items)
-    if (it.error.empty() && it.prefilled < it.prefill_end)
+    if (it.error.empty() && !it.layerwise && it.prefilled < it.prefill_end)
       items.push_back({it.seq, std::span<const int32_t>(it.context)
                                    .subspan(static_cast<size_t>(it.prefilled),
                                             static_cast<size_t>(it.prefill_end - it.prefilled))});

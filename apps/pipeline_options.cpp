@@ -64,6 +64,10 @@ void PipelineOptions::add_to(CLI::App& cmd) {
   add(cmd.add_option("--ring-slots", d.offload.ring_slots, "layer slots of the offload ring buffer (>= 2)")
           ->check(CLI::Range(2, 64)),
       [](const PipelineOptions& o, PipelineConfig& c) { c.offload.ring_slots = o.defaults_.offload.ring_slots; });
+  add(cmd.add_option("--offload-prefill", d.offload.prefill,
+                     "prompts longer than the pool (offload): layerwise (one layer at a time) or chunked")
+          ->check(CLI::IsMember({"layerwise", "chunked"})),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.offload.prefill = o.defaults_.offload.prefill; });
   add(cmd.add_option("--prefill-chunk", d.scheduler.prefill_chunk, "prompt tokens per prefill window")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.scheduler.prefill_chunk = o.defaults_.scheduler.prefill_chunk; });
   add(cmd.add_option("--max-batch", d.scheduler.max_batch, "sequences per round")->check(CLI::PositiveNumber),

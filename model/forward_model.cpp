@@ -109,6 +109,12 @@ void ForwardModel::enable_layer_ring(int32_t slots, bool /*overlap*/) {
        device().to_string(), slots);
 }
 
+void ForwardModel::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& /*kv*/,
+                                     Logits& /*out*/) {
+  fail(ErrorCode::unsupported, "layer-wise prefill: the {} forward has none (sequence {}, {} tokens)",
+       device().to_string(), seq, prompt.size());
+}
+
 void ForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                         KvWriteSink& sink, std::vector<int32_t>& ids) {
   if (steps < 1) fail(ErrorCode::invalid_argument, "forward: a greedy chain of {} steps", steps);

@@ -194,6 +194,19 @@ class ForwardModel {
   /// default: true on the CPU (its store copies at once), false on a device.
   virtual bool land_host_copies(const KvStore& /*kv*/) { return device().kind == DeviceKind::cpu; }
 
+  /// Layer-wise prefill with asynchronous offload (issue 16 item 5; kvstore/README.md,
+  /// "Layer-wise prefill"): the whole `prompt` of `seq` one layer at a time from position
+  /// 0, each layer's K/V written straight to the sequence's host-tier blocks (the
+  /// prompt's first h blocks, booked by KvStore::book_host_prefix) and its pool blocks
+  /// (the rest, reserved), no sink; `out` gets the last position's logits (one window,
+  /// one row). The caller commits the prompt past the host part after. The same bits as
+  /// a chunked prefill with every block in the pool. Throws Error(out_of_capacity) or
+  /// Error(unsupported) with nothing written when this model cannot run it (the caller
+  /// prefills chunk by chunk instead: pipeline/prefill.h). CPU: Transformer::
+  /// prefill_layerwise with a LayerPrefillWriter; CUDA: CudaTransformer::
+  /// prefill_layerwise, its device buffers released after. This default: unsupported.
+  virtual void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, Logits& out);
+
   /// The most tokens (all windows together) one forward takes; callers split larger
   /// work. CPU: no limit.
   virtual int32_t max_forward_tokens() const { return INT32_MAX; }

@@ -10,6 +10,8 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
+#include "kvstore/copy_stream.h"
+#include "kvstore/layer_prefill_writer.h"
 #include "model/layer_prefill_check.h"
 
 namespace specpipe {
@@ -118,6 +120,18 @@ void Transformer::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, 
   head({&w, 1}, out);
 }
 
+void Transformer::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, Logits& out) {
+  // The writer fills the booked host blocks through the tier's memory, as the device's
+  // copies do; the store's books are not changed.
+  KvStore& store = const_cast<KvStore&>(kv);
+  std::shared_ptr<CopyStream> copies;
+  if (copy_overlap_) copies = std::make_shared<ThreadCopyStream>();
+  else copies = std::make_shared<InlineCopyStream>();
+  LayerPrefillWriter writer(store, seq, std::move(copies));
+  prefill_layerwise(seq, prompt, kv, writer, out);
+  writer.finish();
+}
+
 void Transformer::embed(std::span<const ForwardWindow> windows) {
   const ModelConfig& c = config_;
   int64_t row = 0;
@@ -156,6 +170,7 @@ void Transformer::head(std::span<const ForwardWindow> windows, Logits& out) {
 }
 
 void Transformer::enable_layer_ring(int32_t slots, bool overlap) {
+  copy_overlap_ = overlap;
   ring_ = std::make_unique<LayerRing>(slots, overlap ? nullptr : std::make_unique<InlineCopyStream>());
 }
 

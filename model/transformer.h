@@ -44,6 +44,10 @@ class Transformer final : public ForwardModel {
   /// part after. The same bits as a chunked prefill with every block in the pool.
   void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, KvWriteSink& sink,
                          Logits& out);
+  /// ForwardModel's: the prefill above through a LayerPrefillWriter whose copies run on
+  /// a copy thread (in line after enable_layer_ring(.., false)), finished before it
+  /// returns. Writes the host tier's memory of `kv` (its books are only read).
+  void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, Logits& out) override;
   void enable_layer_ring(int32_t slots, bool overlap = true) override;
   RingStats ring_stats() const override { return ring_ ? ring_->stats() : RingStats{}; }
 
@@ -69,6 +73,7 @@ class Transformer final : public ForwardModel {
   cpu::RopeTable rope_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<LayerRing> ring_;  // offload: streams host-tier K/V, layer by layer
+  bool copy_overlap_ = true;         // the ring's and the layer-wise prefill's copies on a thread
 };
 
 }  // namespace specpipe

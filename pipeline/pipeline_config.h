@@ -68,6 +68,11 @@ struct OffloadConfig {
   /// forward's thread, the synchronous way, for comparison.
   bool overlap = true;
   std::string policy = "longest";         ///< which blocks move first (kvstore/offload_policy.h)
+  /// How a prompt longer than the pool can hold is prefilled: `layerwise` (its first
+  /// blocks booked on the host tier, the whole prompt one layer at a time, each K/V byte
+  /// crossing once; pipeline/prefill.h) or `chunked` (chunk by chunk, older blocks moved
+  /// out in between and streamed back for every later chunk).
+  std::string prefill = "layerwise";
 };
 
 struct DrafterConfig {

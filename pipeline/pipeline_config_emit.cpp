@@ -74,6 +74,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   offload.put("ring_slots", c.offload.ring_slots);
   offload.put("overlap", c.offload.overlap);
   offload.word("policy", c.offload.policy);
+  offload.word("prefill", c.offload.prefill);
   offload.end();
   MapWriter slots = top.begin("slots");
   MapWriter drafter = slots.begin("drafter");

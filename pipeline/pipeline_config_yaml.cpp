@@ -53,12 +53,13 @@ void read_kv(const Section& top, KvConfig& kv) {
 }
 
 void read_offload(const Section& top, OffloadConfig& o) {
-  const Section s = top.child("offload", {"enable", "host_bytes", "ring_slots", "overlap", "policy"});
+  const Section s = top.child("offload", {"enable", "host_bytes", "ring_slots", "overlap", "policy", "prefill"});
   s.read("enable", o.enable);
   s.read("host_bytes", o.host_bytes, IntRange{1, int64_t{1} << 50});
   s.read("ring_slots", o.ring_slots, IntRange{2, 64});
   s.read("overlap", o.overlap);
   s.read_choice("policy", o.policy, {"longest"});
+  s.read_choice("prefill", o.prefill, {"layerwise", "chunked"});
 }
 
 void read_drafter(const Section& slots, DrafterConfig& d) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 #include "kvstore/offload_policy.h"
 
@@ -20,12 +22,68 @@ void check_fits(const ForwardModel& model, const KvStore& kv, int64_t tokens) {
          host_tokens ? fmt::format(" in the pool, {} on the host tier", kv.host_tier()->total_blocks()) : "");
 }
 
-void prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
-             int32_t chunk, Logits& last_logits) {
+int32_t layerwise_host_tokens(const KvStore& kv, int64_t tokens) {
+  const HostKvTier* tier = kv.host_tier();
+  if (!tier || tokens <= 1) return 0;
+  const int64_t block = kv.config().block_size;
+  const int64_t room = int64_t{kv.free_blocks()} * block;
+  if (tokens <= room) return 0;
+  // Whole blocks before what the pool holds now, at least the last token left in it.
+  const int64_t host_blocks = std::min((tokens - room + block - 1) / block, (tokens - 1) / block);
+  if (host_blocks <= 0 || host_blocks > tier->free_blocks()) return 0;
+  // The rest must fit the pool now (a pool with no free block: chunk by chunk, the
+  // offload policy making room as it goes).
+  if (tokens - host_blocks * block > room) return 0;
+  return static_cast<int32_t>(host_blocks * block);
+}
+
+int32_t book_layerwise(KvStore& kv, SeqId seq, std::span<const int32_t> tokens) {
+  const int32_t host = layerwise_host_tokens(kv, static_cast<int64_t>(tokens.size()));
+  if (host == 0) return 0;
+  kv.book_host_prefix(seq, tokens.first(static_cast<size_t>(host)));
+  try {
+    kv.reserve(seq, static_cast<int32_t>(tokens.size()));
+  } catch (const Error& e) {
+    kv.truncate(seq, 0);
+    if (e.code() != ErrorCode::out_of_capacity) throw;
+    return 0;
+  }
+  return host;
+}
+
+bool run_layerwise(ForwardModel& model, const KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
+                   Logits& last_logits) {
+  try {
+    model.prefill_layerwise(seq, tokens, kv, last_logits);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::out_of_capacity && e.code() != ErrorCode::unsupported) throw;
+    spdlog::debug("layer-wise prefill of sequence {} refused, chunk by chunk instead: {}", seq, e.what());
+    return false;
+  }
+  return true;
+}
+
+void finish_layerwise(KvStore& kv, SeqId seq, std::span<const int32_t> tokens, bool ran) {
+  if (!ran) {
+    kv.truncate(seq, 0);
+    return;
+  }
+  kv.commit(seq, tokens.subspan(static_cast<size_t>(kv.length(seq))));
+}
+
+PrefillWay prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens, int32_t chunk,
+                   Logits& last_logits, bool layerwise) {
   if (tokens.empty()) fail(ErrorCode::invalid_argument, "prefill: no tokens to compute");
   if (chunk <= 0) fail(ErrorCode::invalid_argument, "prefill: chunk size must be positive");
   DirectKvWriter writer(kv);
   if (kv.host_tier()) {
+    PrefillWay way = PrefillWay::chunked;
+    if (layerwise && kv.length(seq) == 0 && kv.reserved(seq) == 0 && book_layerwise(kv, seq, tokens) > 0) {
+      const bool ran = run_layerwise(model, kv, seq, tokens, last_logits);
+      finish_layerwise(kv, seq, tokens, ran);
+      if (ran) return PrefillWay::layerwise;
+      way = PrefillWay::fallback;
+    }
     // Offload: chunk by chunk, committed as it goes, so that the oldest blocks can move
     // to the host tier when the pool fills and a prompt may be longer than the pool.
     for (size_t done = 0; done < tokens.size();) {
@@ -37,13 +95,14 @@ void prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_
       kv.commit(seq, item.tokens);
       done += n;
     }
-    return;
+    return way;
   }
   // Reserve the whole prompt up front so that running out of blocks fails before work.
   kv.reserve(seq, kv.length(seq) + static_cast<int32_t>(tokens.size()));
   const PrefillItem item{seq, tokens};
   prefill_windows(model, kv, writer, {&item, 1}, chunk, last_logits);
   kv.commit(seq, tokens);
+  return PrefillWay::chunked;
 }
 
 }  // namespace specpipe

@@ -19,8 +19,39 @@ namespace specpipe {
 /// the host as the pool fills (kvstore/offload_policy.h), so the prompt may be longer
 /// than the pool; running out of both tiers then throws out_of_capacity part way, with
 /// the chunks before it committed.
-void prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
-             int32_t chunk, Logits& last_logits);
+///
+/// `layerwise` (offload.prefill: layerwise, the default): with a host tier, a new
+/// sequence's prompt longer than the pool can hold now takes the layer-wise prefill
+/// (book_layerwise / run_layerwise / finish_layerwise below) and falls back to the
+/// chunks when the model refuses it. Returns the way it took.
+enum class PrefillWay { chunked, layerwise, fallback };
+PrefillWay prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens, int32_t chunk,
+                   Logits& last_logits, bool layerwise = true);
+
+/// Layer-wise prefill with offload (issue 16 item 5; kvstore/README.md, "Layer-wise
+/// prefill"), the offload policy's rule: a new prompt of `tokens` positions keeps in the
+/// pool what its free (and evictable) blocks hold now; the whole blocks before that go
+/// to the host tier up front, the oldest first as `longest` would move them, at least
+/// the last token staying in the pool. Returns those host tokens: 0 (prefill chunk by
+/// chunk) when the pool holds the prompt, the store has no host tier, the tier lacks
+/// the blocks or the pool cannot hold the rest now.
+int32_t layerwise_host_tokens(const KvStore& kv, int64_t tokens);
+
+/// Books the layer-wise prefill of `tokens` for `seq`, a sequence with nothing committed
+/// or reserved: the host prefix (KvStore::book_host_prefix) and the rest reserved in the
+/// pool. Returns the host tokens; 0 when the rule says chunked or the pool cannot
+/// reserve the rest (nothing booked then).
+int32_t book_layerwise(KvStore& kv, SeqId seq, std::span<const int32_t> tokens);
+
+/// Runs a booked layer-wise prefill (ForwardModel::prefill_layerwise). Returns false
+/// when the model refused it (Error out_of_capacity or unsupported: nothing written);
+/// other errors propagate.
+bool run_layerwise(ForwardModel& model, const KvStore& kv, SeqId seq, std::span<const int32_t> tokens,
+                   Logits& last_logits);
+
+/// After run_layerwise: when it `ran`, commits the tokens past the host part; else gives
+/// the booking back (the sequence empty again, ready for the chunks).
+void finish_layerwise(KvStore& kv, SeqId seq, std::span<const int32_t> tokens, bool ran);
 
 /// One sequence's uncomputed prompt tokens, for prefill_windows().
 struct PrefillItem {

@@ -129,21 +129,7 @@ void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvS
   model_->forward(windows, kv, logits_);  // checks the windows (window_starts)
   rows_.clear();
   for (size_t w = 0; w < windows.size(); ++w) rows_.push_back(logits_.rows(w));
-  if (ids_only) {
-    const std::span<int32_t> ids = out.prepare_ids(config().vocab_size, rows_);
-    size_t at = 0;
-    for (size_t w = 0; w < windows.size(); ++w)
-      for (int32_t i = 0; i < rows_[w]; ++i) ids[at++] = logits_.argmax(w, i);
-  } else {
-    const std::span<float> dst = out.prepare(config().vocab_size, rows_);
-    size_t at = 0;
-    for (size_t w = 0; w < windows.size(); ++w)
-      for (int32_t i = 0; i < rows_[w]; ++i) {
-        const std::span<const float> row = logits_.row(w, i);
-        std::memcpy(dst.data() + at, row.data(), row.size_bytes());
-        at += row.size();
-      }
-  }
+  copy_logits(ids_only, out);
   // The rows are in the device pool already (the sink counts them) or staged.
   std::vector<int32_t> starts, counts;
   for (const ForwardWindow& w : windows) {
@@ -151,6 +137,41 @@ void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvS
     counts.push_back(static_cast<int32_t>(w.tokens.size()));
   }
   report_rows(windows, starts, counts, sink, staged);
+}
+
+void CudaForwardModel::copy_logits(bool ids_only, Logits& out) const {
+  if (ids_only) {
+    const std::span<int32_t> ids = out.prepare_ids(config().vocab_size, rows_);
+    size_t at = 0;
+    for (size_t w = 0; w < rows_.size(); ++w)
+      for (int32_t i = 0; i < rows_[w]; ++i) ids[at++] = logits_.argmax(w, i);
+    return;
+  }
+  const std::span<float> dst = out.prepare(config().vocab_size, rows_);
+  size_t at = 0;
+  for (size_t w = 0; w < rows_.size(); ++w)
+    for (int32_t i = 0; i < rows_[w]; ++i) {
+      const std::span<const float> row = logits_.row(w, i);
+      std::memcpy(dst.data() + at, row.data(), row.size_bytes());
+      at += row.size();
+    }
+}
+
+void CudaForwardModel::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv,
+                                         Logits& out) {
+  model_->set_copy_logits(true);
+  try {
+    model_->prefill_layerwise(seq, prompt, kv, logits_);
+  } catch (...) {
+    try {
+      model_->release_layer_prefill();
+    } catch (...) {  // the prefill's own error is the one to report
+    }
+    throw;
+  }
+  model_->release_layer_prefill();
+  rows_.assign(1, 1);
+  copy_logits(false, out);
 }
 
 void CudaForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps,

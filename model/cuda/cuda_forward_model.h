@@ -56,6 +56,9 @@ class CudaForwardModel final : public ForwardModel {
   DeviceKvPool* device_kv_pool() override { return &pool_; }
   /// On the device (CudaTransformer::summarise_key_blocks).
   KeySummariser key_summariser() override;
+  /// CudaTransformer::prefill_layerwise, then release_layer_prefill: a serving engine
+  /// holds the prompt-sized buffers only while one prefill runs.
+  void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, Logits& out) override;
   int32_t max_forward_tokens() const override { return model_->max_tokens(); }
   int32_t max_chain_steps() const override { return CudaTransformer::kMaxChainSteps; }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
@@ -79,6 +82,8 @@ class CudaForwardModel final : public ForwardModel {
   /// or (staged) in the model's staging buffer, window after window.
   void report_rows(std::span<const ForwardWindow> windows, std::span<const int32_t> starts,
                    std::span<const int32_t> counts, KvWriteSink& sink, bool staged = false);
+  /// logits_ (rows_ rows a window) into `out`: the ids alone or the rows.
+  void copy_logits(bool ids_only, Logits& out) const;
   static int32_t current_device();
   std::unique_ptr<CudaTransformer> model_;
   Device device_;

@@ -225,6 +225,14 @@ class CudaTransformer {
   /// do not fit the device (nothing enqueued: prefill chunk by chunk instead).
   void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, CudaLogits& out,
                          bool overlap = true);
+  /// Frees prefill_layerwise's buffers (its two layer slots, residual rows, metadata and
+  /// copy stream: they are sized for the longest prompt so far), after waiting for
+  /// their work. A serving engine calls it after each layer-wise prefill (issue 16 item
+  /// 5: the buffers of one long prompt must not stay held); the next one allocates
+  /// them again. Device bytes they held are returned by prefill_buffer_bytes.
+  void release_layer_prefill();
+  /// Device bytes held by prefill_layerwise's buffers now (0 after release_layer_prefill).
+  size_t prefill_buffer_bytes() const;
   /// Queues a copy of a whole block (every layer, K and V) from the pool to the host tier
   /// (to_host) or back, in order with queue_block_copy's, in front of the next forward:
   /// the KV store's HostTierCopier. With a layer ring, a move to the host is written back

@@ -20,6 +20,23 @@ namespace specpipe {
 
 using cuda::cuda_try;
 
+void CudaTransformer::release_layer_prefill() {
+  cuda::TransformerState& d = *impl_;
+  const std::lock_guard stream_lock(d.stream_mutex);
+  if (!d.prefill) return;
+  // Its copies are done (prefill_layerwise ends with a sync); the stream too, for the
+  // slots the compute stream wrote.
+  cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+  cuda_try(cudaStreamSynchronize(stream_), "sync");
+  d.prefill.reset();
+}
+
+size_t CudaTransformer::prefill_buffer_bytes() const {
+  const cuda::TransformerState& d = *impl_;
+  if (!d.prefill) return 0;
+  return d.prefill->slots.bytes() + d.prefill->rows.bytes() + d.prefill->meta.bytes();
+}
+
 void CudaTransformer::prepare_layer_prefill(const cuda::LayerPrefillPlan& plan, bool overlap) {
   const ModelConfig& c = config_;
   cuda::TransformerState& d = *impl_;

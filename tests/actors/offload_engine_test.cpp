@@ -195,6 +195,18 @@ TEST(OffloadErrors, RingSlotsBelowTwoAreAConfigError) {
   }
 }
 
+TEST(OffloadErrors, PrefillIsLayerwiseOrChunked) {
+  EXPECT_EQ(parse_pipeline_config("offload: {enable: true}", "x.yaml").offload.prefill, "layerwise");
+  EXPECT_EQ(parse_pipeline_config("offload: {enable: true, prefill: chunked}", "x.yaml").offload.prefill, "chunked");
+  try {
+    parse_pipeline_config("offload: {enable: true, prefill: rows}", "x.yaml");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("offload.prefill"), std::string::npos) << e.what();
+  }
+}
+
 // A CUDA device streams host-tier K/V too: offload is no reason to refuse it. Where the
 // device cannot run (no CUDA build, no GPU), the error is the device's own.
 TEST(OffloadErrors, ADeviceIsNotRefusedForOffload) {
@@ -213,7 +225,9 @@ TEST(OffloadErrors, ADeviceIsNotRefusedForOffload) {
 // (prefilled chunk by chunk, its oldest blocks moving to the host in between), with the
 // tokens of an engine whose pool holds everything.
 TEST(OffloadErrors, AContextBeyondEveryTierIsOneErrorAndTheEngineKeepsServing) {
-  actors::Engine engine(offload_config({"draft_model", DrafterKind::model, false, false}));
+  PipelineConfig config = offload_config({"draft_model", DrafterKind::model, false, false});
+  config.offload.prefill = "chunked";  // OffloadLayerwisePrefill runs this prompt layer by layer
+  actors::Engine engine(config);
   const auto& c = test::golden_public()["cases"][0];
   const actors::Completion beyond = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 200000));
   EXPECT_EQ(beyond.reason, FinishReason::error);
@@ -232,6 +246,34 @@ TEST(OffloadErrors, AContextBeyondEveryTierIsOneErrorAndTheEngineKeepsServing) {
   const actors::Completion fine = engine.generate(test::greedy_request(test::ids(c["prompt_ids"]), 96));
   EXPECT_EQ(fine.tokens, test::expected_greedy(c));
   expect_drained_after_offload(engine);
+}
+
+// Offload's layer-wise prefill (offload.prefill: layerwise, the default): a 300-token
+// prompt through a 256-token pool books its first blocks on the host tier and runs the
+// whole prompt one layer at a time (counted), for plain decoding and the draft model;
+// the tokens equal an engine whose pool holds everything. On a GPU this is
+// CudaTransformer::prefill_layerwise, its buffers released after each prefill.
+TEST(OffloadLayerwisePrefill, ALongPromptRunsLayerByLayerWithTheTokensOfAnAllInPoolEngine) {
+  const auto long_prompt = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
+  const std::vector<int32_t> prompt(long_prompt.begin(), long_prompt.begin() + 300);
+  PipelineConfig all_in_pool = test::demo_engine_config(4);
+  all_in_pool.drafter.type = DrafterKind::none;
+  const actors::Completion want = actors::Engine(all_in_pool).generate(test::greedy_request(prompt, 12));
+  ASSERT_EQ(want.reason, FinishReason::length) << want.error;
+  for (const Strategy s : {Strategy{"plain", DrafterKind::none, false, false},
+                           Strategy{"draft_model", DrafterKind::model, false, false}}) {
+    actors::Engine engine(offload_config(s));
+    const actors::Completion got = engine.generate(test::greedy_request(prompt, 12));
+    ASSERT_EQ(got.reason, FinishReason::length) << got.error;
+    EXPECT_EQ(got.tokens, want.tokens) << s.name;
+    const nlohmann::json m = engine.strategy_metrics();
+    EXPECT_EQ(m["offload"]["layerwise_prefills"].get<int64_t>(), 1) << m.dump();
+    EXPECT_EQ(m["offload"]["layerwise_fallbacks"].get<int64_t>(), 0) << m.dump();
+    EXPECT_EQ(m["offload"]["layerwise_host_blocks"].get<int64_t>(), 3) << m.dump();  // 48 of 300 tokens
+    const KvOccupancy kv = engine.kv_occupancy();
+    EXPECT_EQ(kv.free_blocks, kv.total_blocks);
+    EXPECT_EQ(kv.host_free_blocks, kv.host_total_blocks);
+  }
 }
 
 }  // namespace

@@ -100,6 +100,59 @@ TEST(LayerPrefill, LogitsAndKvAreTheChunkedPrefillsBits) {
 
 // Public golden prompts layer by layer into a 4-block pool (every full block but the last
 // on the host tier), then plain greedy decoding through the ring: the golden tokens.
+/// The model with ForwardModel's layer-wise prefill (unsupported): everything else its.
+class NoLayerwisePrefill final : public ForwardModel {
+ public:
+  explicit NoLayerwisePrefill(Transformer& m) : m_(m) {}
+  const ModelConfig& config() const override { return m_.config(); }
+  Device device() const override { return m_.device(); }
+  KvStoreConfig kv_config(int32_t num_blocks, int32_t block_size) const override {
+    return m_.kv_config(num_blocks, block_size);
+  }
+  void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink, Logits& out) override {
+    m_.forward(windows, kv, sink, out);
+  }
+
+ private:
+  Transformer& m_;
+};
+
+// pipeline/prefill.h's prefill with a host tier (issue 16 item 5): a prompt longer than
+// the pool's free blocks books its first blocks on the host tier and runs layer by layer;
+// a model that refuses the layer-wise prefill gets the booking back and the chunks
+// (fallback). Either way the logits and every layer's K/V are the all-in-pool bits.
+TEST(LayerPrefill, ThePipelinesPrefillTakesItOrFallsBackToChunks) {
+  Transformer& m = test::model("demo-target");
+  m.enable_layer_ring(2);  // the fallback's chunks stream the host part
+  const auto long_prompt = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
+  const std::vector<int32_t> prompt(long_prompt.begin(), long_prompt.begin() + 203);
+  const auto n = static_cast<int32_t>(prompt.size());
+  Logits want;
+  KvStore pooled(m.kv_config(32, kBlock));
+  const SeqId ref = pooled.add_sequence({});
+  EXPECT_EQ(prefill(m, pooled, ref, prompt, 64, want), PrefillWay::chunked);
+  NoLayerwisePrefill refusing(m);
+  for (const bool refuse : {false, true}) {
+    KvStore kv(m.kv_config(8, kBlock));  // 128 tokens: 5 blocks of the 13 go to the host up front
+    kv.attach_host_tier(tier_for(kv, 16));
+    EXPECT_EQ(layerwise_host_tokens(kv, n), 80);
+    EXPECT_EQ(layerwise_host_tokens(kv, 128), 0);  // the pool holds it
+    const SeqId seq = kv.add_sequence({});
+    Logits got;
+    ForwardModel& model = refuse ? static_cast<ForwardModel&>(refusing) : m;
+    EXPECT_EQ(prefill(model, kv, seq, prompt, 64, got), refuse ? PrefillWay::fallback : PrefillWay::layerwise);
+    kv.check_invariants();
+    EXPECT_EQ(kv.length(seq), n);
+    if (!refuse) {
+      EXPECT_EQ(kv.host_blocks(seq), 5);
+    }
+    EXPECT_EQ(0, std::memcmp(got.row(0, 0).data(), want.row(0, 0).data(), got.row(0, 0).size() * sizeof(float)))
+        << "refused " << refuse;
+    for (int32_t l = 0; l < m.config().num_layers; ++l)
+      EXPECT_EQ(layer_rows(kv, seq, l, n), layer_rows(pooled, ref, l, n)) << "layer " << l << " refused " << refuse;
+  }
+}
+
 TEST(LayerPrefill, DecodingAfterItGivesTheGoldenContinuation) {
   Transformer& m = test::model("demo-target");
   m.enable_layer_ring(2);
