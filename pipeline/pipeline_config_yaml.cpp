@@ -293,7 +293,8 @@ void resolve_model(const Section& models, std::string_view key, std::string& val
   std::optional<fs::path> beside;
   if (config_dir && fs::path(value).is_relative()) {
     beside = (*config_dir / value).lexically_normal();
-    if (fs::is_directory(*beside)) {
+    std::error_code ec;  // a name the file system refuses is simply not there
+    if (fs::is_directory(*beside, ec)) {
       value = beside->string();
       return;
     }

@@ -34,7 +34,8 @@ std::vector<std::string> split_slots(const char* text) {
 
 std::shared_ptr<const PluginLibrary> PluginLibrary::load(const std::filesystem::path& path) {
   const std::string file = path.string();
-  if (!std::filesystem::exists(path)) fail(ErrorCode::not_found, "plugin {}: no such file", file);
+  std::error_code ec;  // a path the file system refuses (too long, say) is no such file
+  if (!std::filesystem::exists(path, ec)) fail(ErrorCode::not_found, "plugin {}: no such file", file);
   std::shared_ptr<PluginLibrary> lib(new PluginLibrary());
   lib->path_ = path;
   // RTLD_LOCAL: a plugin's symbols never resolve another plugin's; RTLD_NOW: a missing
@@ -96,14 +97,16 @@ bool PluginLibrary::fills(const std::string& slot) const {
 
 std::filesystem::path resolve_plugin_path(const std::string& name_or_path) {
   namespace fs = std::filesystem;
-  if (fs::exists(name_or_path)) return name_or_path;
+  // The name comes from a config: the error_code overloads make one the file system
+  // refuses (too long, say) a plugin not found, not a filesystem_error.
+  std::error_code ec;
+  if (fs::exists(name_or_path, ec)) return name_or_path;
   std::vector<fs::path> dirs;
   if (const char* env = std::getenv("SPECPIPE_PLUGIN_PATH")) {
     std::stringstream ss(env);
     for (std::string d; std::getline(ss, d, ':');)
       if (!d.empty()) dirs.emplace_back(d);
   }
-  std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   auto add_subdirs = [&](const fs::path& root) {
     if (!fs::is_directory(root)) return;
@@ -119,7 +122,7 @@ std::filesystem::path resolve_plugin_path(const std::string& name_or_path) {
   std::vector<std::string> tried;
   for (const fs::path& d : dirs)
     for (const fs::path& candidate : {d / ("libspecpipe_" + name_or_path + ".so"), d / ("lib" + name_or_path + ".so"), d / name_or_path}) {
-      if (fs::is_regular_file(candidate)) return candidate;
+      if (std::error_code e; fs::is_regular_file(candidate, e)) return candidate;
       tried.push_back(candidate.string());
     }
   fail(ErrorCode::not_found, "plugin '{}' not found (looked in: {})", name_or_path,

@@ -159,6 +159,15 @@ const BadConfig kBadConfigs[] = {
    "unknown value \"scv\" (known: fixed; a plugin must be declared under plugins)"},
   {"UndeclaredKvWritePlugin", "slots: {kv_write: {type: nwor}}", "slots.kv_write.type", "(known: direct;"},
   {"PluginFileMissing", "plugins: {nwor: {path: /no/such/libnwor.so}}", "plugins.nwor.path", "not found"},
+  // a path component past NAME_MAX (ENAMETOOLONG): not found, not a filesystem_error
+  {"PluginPathTooLong",
+   "plugins: {nwor: {path: /tmp/"
+   "ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
+   "ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
+   "ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
+   "ppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppppp"
+   ".so}}",
+   "plugins.nwor.path", "not found"},
   {"PluginConfigNotAMap", "plugins: {nwor: {path: /no/such.so, config: [1, 2]}}", "plugins.nwor.config",
    "expected a map"},
   {"PluginUnknownKey", "plugins: {nwor: {file: x.so}}", "plugins.nwor.file", "unknown key"},
@@ -215,6 +224,15 @@ TEST(PipelineConfigErrors, MissingModelNamesTheKey) {
   const Error draft = parse_error("models: {draft: /no/such/dir}");
   EXPECT_EQ(draft.code(), ErrorCode::invalid_argument);
   EXPECT_NE(std::string(draft.what()).find("x.yaml: models.draft: "), std::string::npos) << draft.what();
+
+  // A name the file system refuses (a component past NAME_MAX: ENAMETOOLONG) is a model
+  // not found like any other, not a std::filesystem_error (found by the pipeline_yaml
+  // fuzzer: an unterminated quote made the rest of the file the name).
+  const std::string long_name(300, 'm');
+  const Error too_long = parse_error("models: {target: " + long_name + "}");
+  EXPECT_EQ(too_long.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(std::string(too_long.what()).find("models.target: model '" + long_name + "' not found"), std::string::npos)
+      << too_long.what();
 
   // The draft model is only looked up for the model drafter.
   for (const char* type : {"ngram", "none"}) {
