@@ -159,28 +159,23 @@ void CudaTransformer::prefill_layerwise(SeqId seq, std::span<const int32_t> prom
       // After the layer's compute (the job's event): the slot's blocks to their places.
       copied[static_cast<size_t>(slot)] = copies.enqueue([&, l, sk, sv] {
         const cudaStream_t st = copies.stream();
-        for (const cuda::SlotRun& r : plan.to_host) {
-          const size_t bytes = static_cast<size_t>(r.blocks) * block_bytes;
-          const size_t from = static_cast<size_t>(r.slot_first) * block_bytes;
-          const size_t to = static_cast<size_t>(r.dst_first) * block_bytes;
-          cuda_try(cudaMemcpyAsync(static_cast<unsigned char*>(const_cast<void*>(host->k_data(l))) + to, sk + from,
-                                   bytes, cudaMemcpyDeviceToHost, st),
-                   "layer-wise prefill: K to the host tier");
-          cuda_try(cudaMemcpyAsync(static_cast<unsigned char*>(const_cast<void*>(host->v_data(l))) + to, sv + from,
-                                   bytes, cudaMemcpyDeviceToHost, st),
-                   "layer-wise prefill: V to the host tier");
-        }
-        for (const cuda::SlotRun& r : plan.to_pool) {
-          const size_t bytes = static_cast<size_t>(r.blocks) * block_bytes;
-          const size_t from = static_cast<size_t>(r.slot_first) * block_bytes;
-          const size_t to = static_cast<size_t>(r.dst_first) * block_bytes;
-          cuda_try(cudaMemcpyAsync(reinterpret_cast<unsigned char*>(d.pool_k[static_cast<size_t>(l)]) + to, sk + from,
-                                   bytes, cudaMemcpyDeviceToDevice, st),
-                   "layer-wise prefill: K to the pool");
-          cuda_try(cudaMemcpyAsync(reinterpret_cast<unsigned char*>(d.pool_v[static_cast<size_t>(l)]) + to, sv + from,
-                                   bytes, cudaMemcpyDeviceToDevice, st),
-                   "layer-wise prefill: V to the pool");
-        }
+        // One run of slot blocks to consecutive destination blocks, K then V.
+        const auto copy_runs = [&](std::span<const cuda::SlotRun> runs, void* k_dst, void* v_dst, cudaMemcpyKind kind,
+                                   const char* what) {
+          for (const cuda::SlotRun& r : runs)
+            for (const bool v : {false, true}) {
+              auto* dst = static_cast<unsigned char*>(v ? v_dst : k_dst);
+              const unsigned char* src = v ? sv : sk;
+              cuda_try(cudaMemcpyAsync(dst + static_cast<size_t>(r.dst_first) * block_bytes,
+                                       src + static_cast<size_t>(r.slot_first) * block_bytes,
+                                       static_cast<size_t>(r.blocks) * block_bytes, kind, st),
+                       what);
+            }
+        };
+        copy_runs(plan.to_host, const_cast<void*>(host->k_data(l)), const_cast<void*>(host->v_data(l)),
+                  cudaMemcpyDeviceToHost, "layer-wise prefill: K/V to the host tier");
+        copy_runs(plan.to_pool, d.pool_k[static_cast<size_t>(l)], d.pool_v[static_cast<size_t>(l)],
+                  cudaMemcpyDeviceToDevice, "layer-wise prefill: K/V to the pool");
       });
     }
     // Every copy is in place before anything after this prefill reads the pool or the tier.
