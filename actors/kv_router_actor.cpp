@@ -76,24 +76,18 @@ bool reserve_prefill_pass(KvStore& kv, AdmitBatch& b) {
 
 /// Layer-wise prefills (`offload.layerwise_*` metrics): run; refused by the model (then
 /// prefilled chunk by chunk); host blocks booked for them (counted in blocks_to_host,
-/// which the offload actor did not move).
+/// which the offload actor did not move); passes whose bookings first asked the offload
+/// actor for pool room (a full pool).
 struct LayerwiseCounts {
-  int64_t prefills = 0, fallbacks = 0, host_blocks = 0;
+  int64_t prefills = 0, fallbacks = 0, host_blocks = 0, room_requests = 0;
 };
 
-/// `layerwise` (offload.prefill): a new context longer than the pool can hold now is
-/// booked for the layer-wise prefill (pipeline/prefill.h), its first blocks on the host.
-void admit(KvStore& kv, AdmitBatch& b, bool layerwise, LayerwiseCounts& counts) {
+void admit(KvStore& kv, AdmitBatch& b) {
   Stopwatch clock;
   for (AdmitItem& it : b.items) {
     try {
       it.seq = kv.add_sequence(it.context, &it.cached);
       it.prefilled = it.cached;
-      if (layerwise && kv.host_tier() && it.cached == 0 && !it.context.empty()) {
-        const int32_t host = book_layerwise(kv, it.seq, it.context);
-        it.layerwise = host > 0;
-        counts.host_blocks += host / kv.config().block_size;
-      }
     } catch (const std::exception& e) {
       if (it.seq >= 0 && kv.contains(it.seq)) kv.release(it.seq);
       it.seq = -1;
@@ -102,6 +96,31 @@ void admit(KvStore& kv, AdmitBatch& b, bool layerwise, LayerwiseCounts& counts) 
     }
   }
   b.commit_ms += clock.elapsed_ms();
+}
+
+/// offload.prefill `layerwise` (pipeline/prefill.h): books the layer-wise prefill of
+/// every new context (nothing cached, prefilled, reserved or refused yet) that is longer
+/// than the pool can hold now, its first blocks on the host. Returns the pool blocks to
+/// ask the offload actor for (layerwise_room: a full pool) before trying those again.
+/// A context that waited a pass may be booked in a later one.
+int32_t book_layerwise_items(KvStore& kv, AdmitBatch& b, LayerwiseCounts& counts) {
+  Stopwatch clock;
+  int32_t room = 0;
+  for (AdmitItem& it : b.items) {
+    if (it.seq < 0 || it.layerwise || it.layerwise_refused || it.prefilled > 0 || it.context.empty() ||
+        kv.reserved(it.seq) > 0)
+      continue;
+    try {
+      const int32_t host = book_layerwise(kv, it.seq, it.context);
+      it.layerwise = host > 0;
+      counts.host_blocks += host / kv.config().block_size;
+      if (host == 0) room += layerwise_room(kv, static_cast<int64_t>(it.context.size()));
+    } catch (const std::exception& e) {
+      fail_item(kv, it, e.what());
+    }
+  }
+  b.commit_ms += clock.elapsed_ms();
+  return room;
 }
 
 /// Commits the pass the verifier just prefilled.
@@ -216,6 +235,7 @@ struct KvRouterState {
       j["offload"]["layerwise_prefills"] = layerwise.prefills;
       j["offload"]["layerwise_fallbacks"] = layerwise.fallbacks;
       j["offload"]["layerwise_host_blocks"] = layerwise.host_blocks;
+      j["offload"]["layerwise_room_requests"] = layerwise.room_requests;
       if (deps.offload_stats)
         j["offload"]["actor"] = offload_actor_metrics(*deps.offload_stats, deps.offload_write_back.get());
     }
@@ -255,22 +275,33 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
               then();  // the reserves fail with their own out_of_capacity errors
             });
   };
-  // Reserves the planned prefill pass, then sends it to the verifier or, when no item
-  // has one left, the batch back to the scheduler.
+  // Books the layer-wise prefills (a full pool first asking the offload actor for room
+  // for them, as the reserves do), reserves the planned prefill pass, then sends it to
+  // the verifier or, when no item has one left, the batch back to the scheduler.
   auto next_pass = [self, st, to_verifier, with_room](std::shared_ptr<AdmitBatch> b) {
+    auto reserve_pass = [self, st, to_verifier, with_room, b] {
+      const int32_t wanted = plan_prefill_pass(*st->deps.kv, *b, st->deps.prefill_chunk);
+      with_room(wanted, [self, st, to_verifier, b] {
+        Stopwatch clock;
+        const bool more = reserve_prefill_pass(*st->deps.kv, *b);
+        b->commit_ms += clock.elapsed_ms();
+        if (more) to_verifier(PrefillWork{std::move(*b), st->fence});
+        else self->send(st->deps.peers->scheduler, AdmitDone{std::move(*b)});
+      });
+    };
     KvStore& kv = *st->deps.kv;
-    const int32_t wanted = plan_prefill_pass(kv, *b, st->deps.prefill_chunk);
-    with_room(wanted, [self, st, to_verifier, b] {
-      Stopwatch clock;
-      const bool more = reserve_prefill_pass(*st->deps.kv, *b);
-      b->commit_ms += clock.elapsed_ms();
-      if (more) to_verifier(PrefillWork{std::move(*b), st->fence});
-      else self->send(st->deps.peers->scheduler, AdmitDone{std::move(*b)});
+    if (!st->deps.layerwise_prefill || !kv.host_tier()) return reserve_pass();
+    const int32_t room = book_layerwise_items(kv, *b, st->layerwise);
+    if (room == 0) return reserve_pass();
+    ++st->layerwise.room_requests;
+    with_room(room, [st, b, reserve_pass] {
+      book_layerwise_items(*st->deps.kv, *b, st->layerwise);  // what is still short waits a pass
+      reserve_pass();
     });
   };
   return {
       [st, next_pass](AdmitWork& w) {
-        admit(*st->deps.kv, w.b, st->deps.layerwise_prefill, st->layerwise);
+        admit(*st->deps.kv, w.b);
         next_pass(std::make_shared<AdmitBatch>(std::move(w.b)));
       },
       [st, next_pass](PrefillDone& w) {

@@ -1,6 +1,7 @@
 #pragma once
 /// The offload actor (issue 16 item 3; ARCHITECTURE.md section 3): owns the host tier's
-/// policy and its moves. When a reserve would not fit the pool, the kv-router asks it for
+/// policy and its moves. When a reserve would not fit the pool, or a layer-wise prefill
+/// finds the pool full (pipeline/prefill.h, layerwise_room), the kv-router asks it for
 /// room (PoolRoomWork) instead of moving blocks itself; it decides which blocks go
 /// (offload.policy, kvstore/offload_policy.h), moves them (KvStore::offload_prefix) and
 /// answers with the event after their copies (a CopyFence), which the router hands to

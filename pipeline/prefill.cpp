@@ -37,6 +37,19 @@ int32_t layerwise_host_tokens(const KvStore& kv, int64_t tokens) {
   return static_cast<int32_t>(host_blocks * block);
 }
 
+int32_t layerwise_room(const KvStore& kv, int64_t tokens) {
+  const HostKvTier* tier = kv.host_tier();
+  // A free block holds the prompt's last part (layerwise_host_tokens books then, or the
+  // tier lacks blocks, which no room mends).
+  if (!tier || kv.free_blocks() > 0 || tokens <= kv.capacity_tokens()) return 0;
+  const int64_t block = kv.config().block_size;
+  const int64_t host_blocks = (tokens - 1) / block;
+  const int64_t wanted = (tokens - host_blocks * block + block - 1) / block;
+  // Each block moved to make the room takes a host block too.
+  if (host_blocks + wanted > tier->free_blocks()) return 0;
+  return static_cast<int32_t>(wanted);
+}
+
 int32_t book_layerwise(KvStore& kv, SeqId seq, std::span<const int32_t> tokens) {
   const int32_t host = layerwise_host_tokens(kv, static_cast<int64_t>(tokens.size()));
   if (host == 0) return 0;
@@ -71,6 +84,20 @@ void finish_layerwise(KvStore& kv, SeqId seq, std::span<const int32_t> tokens, b
   kv.commit(seq, tokens.subspan(static_cast<size_t>(kv.length(seq))));
 }
 
+namespace {
+
+/// book_layerwise, a full pool first making layerwise_room (the engine's kv-router asks
+/// the offload actor for it instead: actors/kv_router_actor.cpp).
+int32_t book_layerwise_with_room(KvStore& kv, SeqId seq, std::span<const int32_t> tokens) {
+  if (const int32_t host = book_layerwise(kv, seq, tokens); host > 0) return host;
+  const int32_t room = layerwise_room(kv, static_cast<int64_t>(tokens.size()));
+  if (room == 0) return 0;
+  make_pool_room(kv, room);
+  return book_layerwise(kv, seq, tokens);
+}
+
+}  // namespace
+
 PrefillWay prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens, int32_t chunk,
                    Logits& last_logits, bool layerwise) {
   if (tokens.empty()) fail(ErrorCode::invalid_argument, "prefill: no tokens to compute");
@@ -78,7 +105,7 @@ PrefillWay prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const 
   DirectKvWriter writer(kv);
   if (kv.host_tier()) {
     PrefillWay way = PrefillWay::chunked;
-    if (layerwise && kv.length(seq) == 0 && kv.reserved(seq) == 0 && book_layerwise(kv, seq, tokens) > 0) {
+    if (layerwise && kv.length(seq) == 0 && kv.reserved(seq) == 0 && book_layerwise_with_room(kv, seq, tokens) > 0) {
       const bool ran = run_layerwise(model, kv, seq, tokens, last_logits);
       finish_layerwise(kv, seq, tokens, ran);
       if (ran) return PrefillWay::layerwise;

@@ -22,8 +22,9 @@ namespace specpipe {
 ///
 /// `layerwise` (offload.prefill: layerwise, the default): with a host tier, a new
 /// sequence's prompt longer than the pool can hold now takes the layer-wise prefill
-/// (book_layerwise / run_layerwise / finish_layerwise below) and falls back to the
-/// chunks when the model refuses it. Returns the way it took.
+/// (book_layerwise / run_layerwise / finish_layerwise below; a full pool first makes
+/// layerwise_room) and falls back to the chunks when the model refuses it. Returns the
+/// way it took.
 enum class PrefillWay { chunked, layerwise, fallback };
 PrefillWay prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const int32_t> tokens, int32_t chunk,
                    Logits& last_logits, bool layerwise = true);
@@ -36,6 +37,18 @@ PrefillWay prefill(ForwardModel& model, KvStore& kv, SeqId seq, std::span<const 
 /// chunk) when the pool holds the prompt, the store has no host tier, the tier lacks
 /// the blocks or the pool cannot hold the rest now.
 int32_t layerwise_host_tokens(const KvStore& kv, int64_t tokens);
+
+/// The pool room a new prompt of `tokens` positions asks the offload policy for
+/// (make_pool_room; in the engine the offload actor's PoolRoomWork), the way a reserve
+/// does, before it books the layer-wise prefill: when the pool is full (no free or
+/// evictable block) layerwise_host_tokens says chunked, as not even the prompt's last
+/// part fits. A prompt longer than the whole pool is the longest sequence there, so
+/// under `longest` its own blocks are the ones to go: it asks for the blocks of that
+/// last part (1), every whole block before it then booked on the host. Returns 0 (no
+/// room to ask for) when the prompt books now, the whole pool could hold it (chunk by
+/// chunk, each chunk asking for room: `longest` keeps it whole in the pool), there is
+/// no host tier, or the tier lacks the blocks for the prompt and the moves together.
+int32_t layerwise_room(const KvStore& kv, int64_t tokens);
 
 /// Books the layer-wise prefill of `tokens` for `seq`, a sequence with nothing committed
 /// or reserved: the host prefix (KvStore::book_host_prefix) and the rest reserved in the

@@ -161,7 +161,7 @@ void CudaForwardModel::prefill_layerwise(SeqId seq, std::span<const int32_t> pro
                                          Logits& out) {
   model_->set_copy_logits(true);
   try {
-    model_->prefill_layerwise(seq, prompt, kv, logits_);
+    model_->prefill_layerwise(seq, prompt, kv, logits_, copy_overlap_);
   } catch (...) {
     try {
       model_->release_layer_prefill();

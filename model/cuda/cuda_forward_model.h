@@ -50,14 +50,18 @@ class CudaForwardModel final : public ForwardModel {
   HostTierCopier host_tier_copier() override;
   /// CudaTransformer::land_host_copies: every queued move applied and waited for.
   bool land_host_copies(const KvStore& kv) override;
-  void enable_layer_ring(int32_t slots, bool overlap = true) override { model_->enable_layer_ring(slots, overlap); }
+  void enable_layer_ring(int32_t slots, bool overlap = true) override {
+    model_->enable_layer_ring(slots, overlap);
+    copy_overlap_ = overlap;
+  }
   RingStats ring_stats() const override { return model_->ring_stats(); }
   DType kv_dtype() const override { return model_->kv_dtype(); }
   DeviceKvPool* device_kv_pool() override { return &pool_; }
   /// On the device (CudaTransformer::summarise_key_blocks).
   KeySummariser key_summariser() override;
   /// CudaTransformer::prefill_layerwise, then release_layer_prefill: a serving engine
-  /// holds the prompt-sized buffers only while one prefill runs.
+  /// holds the prompt-sized buffers only while one prefill runs. Its copies on the copy
+  /// stream, or in line with enable_layer_ring's overlap off (offload.overlap: false).
   void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, Logits& out) override;
   int32_t max_forward_tokens() const override { return model_->max_tokens(); }
   int32_t max_chain_steps() const override { return CudaTransformer::kMaxChainSteps; }
@@ -92,6 +96,7 @@ class CudaForwardModel final : public ForwardModel {
   std::vector<int32_t> rows_;
   std::vector<WindowKvRows> written_;
   bool launched_on_host_ = false;  // the launched chain was too long for the device chain
+  bool copy_overlap_ = true;        // enable_layer_ring's overlap
 };
 
 /// Registers CUDA events with core/device.h (Event::record on a CUDA stream). Idempotent;

@@ -7,15 +7,21 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
-#include <thread>
-#include <vector>
+#include <future>
+#include <memory>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "pipeline/pipeline_config.h"
 #include "tests/support/engine.h"
+#include "tests/support/forwarding_model.h"
 #include "tests/support/golden.h"
 #include "tests/actors/offload_support.h"
 
@@ -220,6 +226,18 @@ TEST(OffloadErrors, ADeviceIsNotRefusedForOffload) {
   }
 }
 
+/// The first `n` tokens of the first long golden prompt from `from` on, and what an
+/// engine whose pool holds everything gives for such prompts (plain decoding).
+std::vector<int32_t> long_prompt(size_t n, size_t from = 0) {
+  const auto ids = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
+  return {ids.begin() + static_cast<std::ptrdiff_t>(from), ids.begin() + static_cast<std::ptrdiff_t>(from + n)};
+}
+PipelineConfig all_in_pool_config() {
+  PipelineConfig c = test::demo_engine_config(4);
+  c.drafter.type = DrafterKind::none;
+  return c;
+}
+
 // A context beyond pool + host tier gets one out_of_capacity error naming both; the
 // next requests are served as if nothing happened, a prompt longer than the pool too
 // (prefilled chunk by chunk, its oldest blocks moving to the host in between), with the
@@ -233,8 +251,7 @@ TEST(OffloadErrors, AContextBeyondEveryTierIsOneErrorAndTheEngineKeepsServing) {
   EXPECT_EQ(beyond.reason, FinishReason::error);
   EXPECT_EQ(beyond.error_code, "out_of_capacity") << beyond.error;
   EXPECT_NE(beyond.error.find("on the host tier"), std::string::npos) << beyond.error;
-  const auto long_prompt = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
-  const std::vector<int32_t> prompt(long_prompt.begin(), long_prompt.begin() + 700);  // the pool holds 256
+  const std::vector<int32_t> prompt = long_prompt(700);  // the pool holds 256
   const actors::Completion longer = engine.generate(test::greedy_request(prompt, 24));
   ASSERT_EQ(longer.reason, FinishReason::length) << longer.error;
   PipelineConfig all_in_pool = test::demo_engine_config(4);
@@ -250,22 +267,23 @@ TEST(OffloadErrors, AContextBeyondEveryTierIsOneErrorAndTheEngineKeepsServing) {
 
 // Offload's layer-wise prefill (offload.prefill: layerwise, the default): a 300-token
 // prompt through a 256-token pool books its first blocks on the host tier and runs the
-// whole prompt one layer at a time (counted), for plain decoding and the draft model;
-// the tokens equal an engine whose pool holds everything. On a GPU this is
-// CudaTransformer::prefill_layerwise, its buffers released after each prefill.
+// whole prompt one layer at a time (counted), for plain decoding and the draft model,
+// and with offload.overlap off (its copies in line); the tokens equal an engine whose
+// pool holds everything. On a GPU this is CudaTransformer::prefill_layerwise, its
+// buffers released after each prefill.
 TEST(OffloadLayerwisePrefill, ALongPromptRunsLayerByLayerWithTheTokensOfAnAllInPoolEngine) {
-  const auto long_prompt = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
-  const std::vector<int32_t> prompt(long_prompt.begin(), long_prompt.begin() + 300);
-  PipelineConfig all_in_pool = test::demo_engine_config(4);
-  all_in_pool.drafter.type = DrafterKind::none;
-  const actors::Completion want = actors::Engine(all_in_pool).generate(test::greedy_request(prompt, 12));
+  const std::vector<int32_t> prompt = long_prompt(300);
+  const actors::Completion want = actors::Engine(all_in_pool_config()).generate(test::greedy_request(prompt, 12));
   ASSERT_EQ(want.reason, FinishReason::length) << want.error;
-  for (const Strategy s : {Strategy{"plain", DrafterKind::none, false, false},
-                           Strategy{"draft_model", DrafterKind::model, false, false}}) {
-    actors::Engine engine(offload_config(s));
+  for (const auto& [s, overlap] : {std::pair{Strategy{"plain", DrafterKind::none, false, false}, true},
+                                   std::pair{Strategy{"draft_model", DrafterKind::model, false, false}, true},
+                                   std::pair{Strategy{"plain", DrafterKind::none, false, false}, false}}) {
+    PipelineConfig config = offload_config(s);
+    config.offload.overlap = overlap;
+    actors::Engine engine(config);
     const actors::Completion got = engine.generate(test::greedy_request(prompt, 12));
     ASSERT_EQ(got.reason, FinishReason::length) << got.error;
-    EXPECT_EQ(got.tokens, want.tokens) << s.name;
+    EXPECT_EQ(got.tokens, want.tokens) << s.name << ", overlap " << overlap;
     const nlohmann::json m = engine.strategy_metrics();
     EXPECT_EQ(m["offload"]["layerwise_prefills"].get<int64_t>(), 1) << m.dump();
     EXPECT_EQ(m["offload"]["layerwise_fallbacks"].get<int64_t>(), 0) << m.dump();
@@ -274,6 +292,89 @@ TEST(OffloadLayerwisePrefill, ALongPromptRunsLayerByLayerWithTheTokensOfAnAllInP
     EXPECT_EQ(kv.free_blocks, kv.total_blocks);
     EXPECT_EQ(kv.host_free_blocks, kv.host_total_blocks);
   }
+}
+
+/// The pipeline's target refusing every layer-wise prefill as a device model does when
+/// the prompt's layer slots do not fit (out_of_capacity, nothing written); everything
+/// else is the real model's.
+class RefusingLayerwise final : public test::ForwardingModel {
+ public:
+  using ForwardingModel::ForwardingModel;
+  void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& /*kv*/, Logits& /*out*/) override {
+    ++refusals;
+    fail(ErrorCode::out_of_capacity, "layer-wise prefill: the {} slots of sequence {} do not fit (test)",
+         prompt.size(), seq);
+  }
+  std::atomic<int> refusals{0};
+};
+
+// The engine's fallback: the target refuses the layer-wise prefill the kv-router booked
+// for a 300-token prompt through a 256-token pool; the booking goes back (host blocks
+// too) and the prompt is prefilled chunk by chunk, its oldest blocks moving to the host
+// as it goes. The tokens equal an all-in-pool engine's; counted as a fallback, not a
+// layer-wise prefill; both tiers drain.
+TEST(OffloadLayerwisePrefill, ARefusalFallsBackToChunksWithTheTokensOfAnAllInPoolEngine) {
+  const std::vector<int32_t> prompt = long_prompt(300);
+  const actors::Completion want = actors::Engine(all_in_pool_config()).generate(test::greedy_request(prompt, 12));
+  ASSERT_EQ(want.reason, FinishReason::length) << want.error;
+  actors::PipelineParts parts = actors::load_pipeline(offload_config({"plain", DrafterKind::none, false, false}));
+  auto refusing = std::make_shared<RefusingLayerwise>(parts.target);
+  parts.target = refusing;
+  actors::Engine engine(std::move(parts), 1);
+  const actors::Completion got = engine.generate(test::greedy_request(prompt, 12));
+  ASSERT_EQ(got.reason, FinishReason::length) << got.error;
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(refusing->refusals.load(), 1);
+  const nlohmann::json m = engine.strategy_metrics();
+  EXPECT_EQ(m["offload"]["layerwise_prefills"].get<int64_t>(), 0) << m.dump();
+  EXPECT_EQ(m["offload"]["layerwise_fallbacks"].get<int64_t>(), 1) << m.dump();
+  EXPECT_EQ(m["offload"]["layerwise_host_blocks"].get<int64_t>(), 3) << m.dump();  // booked, given back
+  expect_drained_after_offload(engine);  // the chunks' moves were the offload actor's
+}
+
+// A long prompt meeting a pool full of another sequence (issue 16 item 5): A, 300 tokens
+// through the 256-token pool, is prefilled layer by layer and decodes plainly, its pool
+// part always filling the pool; B, another 300 tokens submitted once A decodes, finds no
+// free block, so the kv-router asks the offload actor for room for B's last block (A's
+// oldest pool block moves to the host) and books B's first 18 blocks on the host: both
+// prefilled layer by layer, with the tokens of an all-in-pool engine. A context beyond
+// both tiers before them is one out_of_capacity error, nothing held after it.
+TEST(OffloadLayerwisePrefill, AFullPoolAsksTheOffloadActorForRoomInsteadOfGoingChunkByChunk) {
+  const std::vector<int32_t> a = long_prompt(300), b = long_prompt(300, 300);
+  actors::Engine reference(all_in_pool_config());
+  const actors::Completion want_a = reference.generate(test::greedy_request(a, 24));
+  const actors::Completion want_b = reference.generate(test::greedy_request(b, 12));
+
+  actors::Engine engine(offload_config({"plain", DrafterKind::none, false, false}));
+  const actors::Completion beyond = engine.generate(test::greedy_request(a, 200000));
+  EXPECT_EQ(beyond.error_code, "out_of_capacity") << beyond.error;
+  EXPECT_NE(beyond.error.find("on the host tier"), std::string::npos) << beyond.error;
+  const KvOccupancy idle = engine.kv_occupancy();
+  EXPECT_EQ(idle.free_blocks, idle.total_blocks);
+  EXPECT_EQ(idle.host_free_blocks, idle.host_total_blocks);
+
+  test::Completions done;
+  std::promise<void> decoding;
+  bool first = true;
+  auto a_sink = std::make_shared<actors::CallbackSink>(
+      [&](const actors::TokenDelta&) {
+        if (std::exchange(first, false)) decoding.set_value();
+      },
+      [sink = done.sink()](const actors::Completion& c) { sink->on_complete(c); });
+  const RequestId id_a = engine.submit(test::greedy_request(a, 24), a_sink);
+  decoding.get_future().wait();
+  const RequestId id_b = engine.submit(test::greedy_request(b, 12), done.sink());
+  const auto got = done.wait(2);
+  ASSERT_EQ(got.at(id_a).reason, FinishReason::length) << got.at(id_a).error;
+  ASSERT_EQ(got.at(id_b).reason, FinishReason::length) << got.at(id_b).error;
+  EXPECT_EQ(got.at(id_a).tokens, want_a.tokens);
+  EXPECT_EQ(got.at(id_b).tokens, want_b.tokens);
+  const nlohmann::json m = engine.strategy_metrics();
+  EXPECT_EQ(m["offload"]["layerwise_prefills"].get<int64_t>(), 2) << m.dump();
+  EXPECT_EQ(m["offload"]["layerwise_fallbacks"].get<int64_t>(), 0) << m.dump();
+  EXPECT_EQ(m["offload"]["layerwise_room_requests"].get<int64_t>(), 1) << m.dump();
+  EXPECT_EQ(m["offload"]["layerwise_host_blocks"].get<int64_t>(), 3 + 18) << m.dump();
+  expect_drained_after_offload(engine);
 }
 
 }  // namespace

@@ -153,6 +153,55 @@ TEST(LayerPrefill, ThePipelinesPrefillTakesItOrFallsBackToChunks) {
   }
 }
 
+// A prompt longer than the pool meeting a pool full of another sequence: layerwise_room
+// asks the offload policy for its last block (make_pool_room moves the other's oldest
+// block to the host), then every whole block before it is booked on the host and the
+// prompt runs layer by layer: the all-in-pool logits and K/V, the other's K/V unchanged
+// by the move. No room is asked for while a block is free, for a prompt the pool could
+// hold whole (chunk by chunk), or when the tier lacks the blocks for it and the move.
+TEST(LayerPrefill, AFullPoolMakesRoomForItsLastBlock) {
+  Transformer& m = test::model("demo-target");
+  m.enable_layer_ring(2);
+  const auto long_prompt = test::ids(test::golden_long()["cases"][0]["prompt_ids"]);
+  const std::vector<int32_t> prompt(long_prompt.begin(), long_prompt.begin() + 203);
+  const auto other_prompt = test::ids(test::golden_public()["cases"][0]["prompt_ids"]);
+  const std::vector<int32_t> other(other_prompt.begin(), other_prompt.begin() + 128);
+  const auto n = static_cast<int32_t>(prompt.size());
+  Logits want, logits;
+  KvStore pooled(m.kv_config(32, kBlock));
+  const SeqId ref = pooled.add_sequence({});
+  prefill(m, pooled, ref, prompt, 64, want);
+
+  KvStore kv(m.kv_config(8, kBlock));  // 128 tokens
+  kv.attach_host_tier(tier_for(kv, 24));
+  const SeqId full = kv.add_sequence({});
+  EXPECT_EQ(layerwise_room(kv, n), 0);  // 8 free blocks: it books now
+  EXPECT_EQ(prefill(m, kv, full, other, 64, logits), PrefillWay::chunked);  // fills the pool
+  ASSERT_EQ(kv.free_blocks(), 0);
+  std::vector<std::vector<float>> other_kv;
+  for (int32_t l = 0; l < m.config().num_layers; ++l) other_kv.push_back(layer_rows(kv, full, l, 128));
+  EXPECT_EQ(layerwise_host_tokens(kv, n), 0);
+  EXPECT_EQ(layerwise_room(kv, n), 1);
+  EXPECT_EQ(layerwise_room(kv, 128), 0);  // the pool could hold it whole
+  KvStore small(m.kv_config(8, kBlock));
+  small.attach_host_tier(tier_for(small, 12));  // 12 blocks to book, none for the move
+  EXPECT_EQ(prefill(m, small, small.add_sequence({}), other, 64, logits), PrefillWay::chunked);
+  EXPECT_EQ(layerwise_room(small, n), 0);
+
+  const SeqId seq = kv.add_sequence({});
+  Logits got;
+  EXPECT_EQ(prefill(m, kv, seq, prompt, 64, got), PrefillWay::layerwise);
+  kv.check_invariants();
+  EXPECT_EQ(kv.host_blocks(full), 1);
+  EXPECT_EQ(kv.host_blocks(seq), 12);  // 192 of 203 tokens; the last 11 in the freed block
+  EXPECT_EQ(kv.offload_stats().blocks_to_host, 13);
+  EXPECT_EQ(0, std::memcmp(got.row(0, 0).data(), want.row(0, 0).data(), got.row(0, 0).size() * sizeof(float)));
+  for (int32_t l = 0; l < m.config().num_layers; ++l) {
+    EXPECT_EQ(layer_rows(kv, seq, l, n), layer_rows(pooled, ref, l, n)) << "layer " << l;
+    EXPECT_EQ(layer_rows(kv, full, l, 128), other_kv[static_cast<size_t>(l)]) << "layer " << l;
+  }
+}
+
 TEST(LayerPrefill, DecodingAfterItGivesTheGoldenContinuation) {
   Transformer& m = test::model("demo-target");
   m.enable_layer_ring(2);

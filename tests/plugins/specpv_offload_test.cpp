@@ -12,6 +12,7 @@
 #include "actors/pipeline_builder.h"
 #include "core/error.h"
 #include "tests/support/engine.h"
+#include "tests/support/forwarding_model.h"
 #include "tests/support/golden.h"
 #include "tests/support/test_paths.h"
 
@@ -98,18 +99,9 @@ TEST(SpecpvHostTier, NoRoomForCopiesFallsBackCountedAndExact) {
 /// The target behind a model whose block summaries fail (a device's once did, when the
 /// round's queued moves to the host tier reached them: issue 17). Counts the forwards
 /// and the token ids they got.
-class FailingSummaries final : public ForwardModel {
+class FailingSummaries final : public test::ForwardingModel {
  public:
-  explicit FailingSummaries(std::shared_ptr<ForwardModel> inner) : inner_(std::move(inner)) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  Device device() const override { return inner_->device(); }
-  Stream stream() const override { return inner_->stream(); }
-  KvStoreConfig kv_config(int32_t blocks, int32_t block_size) const override {
-    return inner_->kv_config(blocks, block_size);
-  }
-  int32_t max_forward_tokens() const override { return inner_->max_forward_tokens(); }
-  RingStats ring_stats() const override { return inner_->ring_stats(); }
-  bool land_host_copies(const KvStore& kv) override { return inner_->land_host_copies(kv); }
+  using ForwardingModel::ForwardingModel;
   KeySummariser key_summariser() override {
     return [this](std::span<const int32_t>, float*, float*) {
       ++summaries;
@@ -123,9 +115,6 @@ class FailingSummaries final : public ForwardModel {
   }
   int summaries = 0;
   int negative_tokens = 0;
-
- private:
-  std::shared_ptr<ForwardModel> inner_;
 };
 
 // An error while a round prepares a sequence's view (here the block summaries of its
