@@ -1,7 +1,8 @@
 // cuda::attention (attention.h): checks the shape, then picks the launch path of a batch
 // (attention_paths.h). The kernels live beside it: attention_chunk.cu (a block per row and
 // chunk: decode, prefill; the reference), attention_window.cu (verify windows sharing each
-// K/V load), attention_split.cu (split-KV for 1..16 rows, opt-in), attention_merge.cu (the
+// K/V load), attention_split.cu (split-KV for 1..16 rows, opt-in), attention_prefill.cu
+// (prefill chunks: each K/V chunk staged once for a tile of rows), attention_merge.cu (the
 // second launches), attention_device.cuh (what they share).
 #include "kernels/cuda/attention.h"
 
@@ -31,6 +32,8 @@ cudaError_t attention_typed(const AttentionShape& s, const PagedPool& pool, cons
   // The default: verify windows on the window kernel (merged by a second kernel; the
   // counters stay zero), decode and prefill on the chunk kernel.
   if (!reference && use_window_path<T>(s, pool, b)) return launch_window_path<T>(s, pool, b, outb, stream);
+  // Batches of long windows (prefill chunks): the prefill kernel, then the merge kernel.
+  if (!reference && use_prefill_path<T>(s, pool, b)) return launch_prefill_path<T>(s, pool, b, outb, stream);
   if (!reference && b.counters != nullptr && (attention_variant() & kAttentionHeadMerge) != 0) {
     // Variant bit 1: the records merged by a second kernel, a block per (row, query head).
     AttentionBatch two = b;

@@ -62,6 +62,10 @@ struct AttentionBatch {
   /// [total_tokens * num_kv_heads] chunk counters (AttentionPlan::counters): all zero
   /// before a launch, and each launch leaves them zero. nullptr: a second kernel merges.
   uint32_t* counters = nullptr;
+  /// The fewest rows of any window of the batch (AttentionPlan::min_window_rows), 0 when
+  /// not given. Batches whose every window has more than 16 rows (prefill chunks) take the
+  /// prefill kernel (attention_prefill.cu); a token's bits are the same on every path.
+  int32_t min_window_rows = 0;
 };
 
 /// Enqueues the chunk kernel, and the combine kernel when batch.counters is null, on
@@ -101,5 +105,13 @@ constexpr int kDefaultAttentionVariant = 7;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);
+
+/// Whether batches of long windows (AttentionBatch::min_window_rows over 16, head_dim 128)
+/// take the prefill kernel, which stages each K/V chunk once for a tile of rows (the
+/// same bits as the chunk kernel; kernels/cuda/README.md "Prefill attention"). On unless
+/// SPECPIPE_ATTENTION_PREFILL=0 (read on first use: the chunk kernel, for A/B timings).
+bool attention_prefill_enabled();
+/// For checks and A/B timings: whether every later launch may take the prefill kernel.
+void set_attention_prefill(bool on);
 
 }  // namespace specpipe::cuda

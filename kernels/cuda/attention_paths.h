@@ -36,6 +36,15 @@ template <class T>
 cudaError_t launch_split_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, uint16_t* outb,
                               cudaStream_t stream);
 
+/// Whether a batch takes the prefill kernel (attention_prefill.cu: every window over 16
+/// rows, head_dim 128, attention_prefill_enabled()), and its launch (the prefill
+/// kernel, then launch_merge).
+template <class T>
+bool use_prefill_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b);
+template <class T>
+cudaError_t launch_prefill_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
+                                uint16_t* outb, cudaStream_t stream);
+
 /// Second launches over the chunk records (attention_merge.cu), the same bits: the combine
 /// kernel (a block per (row, query head)) and the merge kernel (a block per (row, kv head)).
 cudaError_t launch_combine(const AttentionShape& s, const AttentionBatch& b, uint16_t* outb, cudaStream_t stream);

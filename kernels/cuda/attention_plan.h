@@ -59,6 +59,12 @@ struct AttentionPlan {
   int64_t workspace_floats(int32_t num_heads, int32_t head_dim) const {
     return int64_t{total_tokens} * num_heads * max_chunks * (head_dim + 2);
   }
+  /// The fewest rows of any window (AttentionBatch::min_window_rows); 0 without windows.
+  int32_t min_window_rows() const {
+    int32_t m = 0;
+    for (const AttentionWindowDesc& w : windows) m = m == 0 || w.n < m ? w.n : m;
+    return m;
+  }
   /// Chunk counters of AttentionBatch::counters: one per (row, kv head).
   int64_t counters(int32_t num_kv_heads) const { return int64_t{total_tokens} * num_kv_heads; }
 };

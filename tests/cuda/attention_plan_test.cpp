@@ -30,6 +30,11 @@ TEST(AttentionPlan, LaysWindowsOutInOrder) {
   // The last row of window 2 sees 1009 keys: 8 chunks of 128.
   EXPECT_EQ(plan.max_chunks, 8);
   EXPECT_EQ(plan.workspace_floats(32, 128), int64_t{15} * 32 * 8 * 130);
+  // The shortest window: what decides whether the batch takes the prefill kernel.
+  EXPECT_EQ(plan.min_window_rows(), 1);
+  const AttentionWindowSpec prefill[] = {{0, 1024, 0}, {4096, 17, 64}};
+  EXPECT_EQ(plan_attention(prefill).min_window_rows(), 17);
+  EXPECT_EQ(plan_attention({}).min_window_rows(), 0);
 }
 
 TEST(AttentionPlan, RowChunkingIgnoresWindowSizeAndBatch) {

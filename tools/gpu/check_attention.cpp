@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -116,7 +117,23 @@ struct DeviceWindows {
     dtoken = DeviceBuffer<int32_t>(plan.token_window);
     ddesc = DeviceBuffer<cuda::AttentionWindowDesc>(plan.windows);
     b = {dq.get(),   dk.get(),          dv.get(),        dout.get(), ldq,           ldkv, ldq, ddesc.get(),
-         dtoken.get(), plan.total_tokens, plan.max_chunks, ws.get(),  counters.get()};
+         dtoken.get(), plan.total_tokens, plan.max_chunks, ws.get(),  counters.get(), plan.min_window_rows()};
+  }
+
+  /// The pool over `pool`'s FP32 or BF16 copy (dtype) and `b` over the windows' own K/V of
+  /// that type.
+  std::pair<cuda::PagedPool, cuda::AttentionBatch> typed(const PoolFixture& pool, DType dtype) const {
+    const bool bf16 = dtype == DType::bf16;
+    cuda::PagedPool p{bf16 ? static_cast<const void*>(pool.bk.get()) : pool.dk.get(),
+                      bf16 ? static_cast<const void*>(pool.bv.get()) : pool.dv.get(), pool.stride, kBlockSize,
+                      dtables.get()};
+    p.dtype = dtype;
+    cuda::AttentionBatch typed_b = b;
+    if (bf16) {
+      typed_b.k = dkb.get();
+      typed_b.v = dvb.get();
+    }
+    return {p, typed_b};
   }
 };
 
@@ -341,15 +358,9 @@ void time_attention(Report& report, cudaStream_t stream) {
       const bool bf16 = dtype == DType::bf16;
       for (int32_t n : {1, 5}) {
         DeviceWindows dw(s, {{context - n, n, &table, q.data(), k.data(), k.data()}});
-        cuda::PagedPool p{bf16 ? static_cast<const void*>(pool.bk.get()) : pool.dk.get(),
-                          bf16 ? static_cast<const void*>(pool.bv.get()) : pool.dv.get(), pool.stride, kBlockSize,
-                          dw.dtables.get()};
-        p.dtype = dtype;
-        cuda::AttentionBatch b = dw.b;
-        if (bf16) {
-          b.k = dw.dkb.get();
-          b.v = dw.dvb.get();
-        }
+        const auto typed = dw.typed(pool, dtype);
+        const cuda::PagedPool& p = typed.first;
+        const cuda::AttentionBatch& b = typed.second;
         const double kv_bytes = 2.0 * context * ldkv * (bf16 ? 2 : 4);
         nlohmann::json us_of, rate_of;
         std::vector<float> first;
@@ -376,6 +387,75 @@ void time_attention(Report& report, cudaStream_t stream) {
   cuda::set_attention_variant(default_variant);
   report.exact_count("attention variants 1..7 == variant 0 bitwise (timed shapes, FP32 and BF16 K/V)", mismatches,
                      fmt::format("{} launches compared", compared));
+}
+
+/// Prefill chunks on the prefill kernel (every window over 16 rows; attention_prefill.cu) at
+/// the long-context shapes (32 / 8 heads, head_dim 128: Qwen3-4B, Llama-3.1-8B): windows at
+/// long prefixes crossing chunk edges, several in a batch (gpu_attention: the bits against
+/// the first kernel, FP32 and BF16 K/V); and a 1,024-row chunk at the end of 8K and 32K
+/// prompts, FP32 and BF16 K/V, against the chunk kernel (the prefill kernel off) bit for
+/// bit, as the variants against variant 0. With timing, both paths timed (eager, mean of 5).
+void check_prefill(Report& report, cudaStream_t stream, bool timing) {
+  const int32_t heads = 32, kv = 8, hd = 128;
+  const cuda::AttentionShape s = shape_of(heads, kv, hd);
+  const int64_t ldq = int64_t{heads} * hd, ldkv = int64_t{kv} * hd;
+  {
+    PoolFixture pool(kv, hd, (8300 + 32800 + 17) / kBlockSize + 3, 970);
+    pool.upload();
+    const auto ta = pool.table(8300, 971), tb = pool.table(32800, 972), tc = pool.table(17, 973);
+    const auto q = random_floats(static_cast<size_t>(417 * ldq), 974, -2.0f, 2.0f);
+    const auto k = random_floats(static_cast<size_t>(417 * ldkv), 975, -2.0f, 2.0f);
+    const auto v = random_floats(static_cast<size_t>(417 * ldkv), 976);
+    // Rows 0..299 cross 8,064 and 8,192; 300..399 cross 32,768; a 17-row prompt.
+    gpu_attention(s, pool,
+                  {{8000, 300, &ta, q.data(), k.data(), v.data()},
+                   {32700, 100, &tb, q.data() + 300 * ldq, k.data() + 300 * ldkv, v.data() + 300 * ldkv},
+                   {0, 17, &tc, q.data() + 400 * ldq, k.data() + 400 * ldkv, v.data() + 400 * ldkv}},
+                  stream);
+  }
+  const bool enabled = cuda::attention_prefill_enabled();
+  int64_t mismatches = 0, compared = 0;
+  for (int32_t context : {8192, 32768}) {
+    // Without timing (compute-sanitizer's runs) 128 rows at 32K.
+    const int32_t n = timing || context == 8192 ? 1024 : 128;
+    PoolFixture pool(kv, hd, context / kBlockSize + 1, 980);
+    pool.upload();
+    const auto table = pool.table(context, 981);
+    const auto q = random_floats(static_cast<size_t>(n * ldq), 982, -2.0f, 2.0f);
+    const auto k = random_floats(static_cast<size_t>(n * ldkv), 983, -2.0f, 2.0f);
+    const auto v = random_floats(static_cast<size_t>(n * ldkv), 984);
+    DeviceWindows dw(s, {{context - n, n, &table, q.data(), k.data(), v.data()}});
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      const bool bf16 = dtype == DType::bf16;
+      const auto typed = dw.typed(pool, dtype);
+      const cuda::PagedPool& p = typed.first;
+      const cuda::AttentionBatch& b = typed.second;
+      std::vector<float> chunk_out;
+      double us[2] = {0, 0};
+      for (const bool prefill : {false, true}) {
+        cuda::set_attention_prefill(prefill);
+        CUDA_OK(cuda::attention(s, p, b, stream));
+        const auto out = dw.dout.download();
+        if (!prefill) chunk_out = out;
+        for (size_t i = 0; prefill && i < out.size(); ++i)
+          mismatches += std::memcmp(&out[i], &chunk_out[i], sizeof(float)) != 0;
+        compared += prefill;
+        if (timing) us[prefill] = time_us(stream, 1, 5, [&] { cuda::attention(s, p, b, stream); });
+      }
+      if (timing)
+        report.timing({{"name", fmt::format("attention prefill h32 kv8 hd128 {} context {} rows {}",
+                                            bf16 ? "bf16" : "fp32", context, n)},
+                       {"us", us[1]},
+                       {"chunk_kernel_us", us[0]},
+                       {"speedup", us[0] / us[1]},
+                       {"rows_per_s", n / us[1] * 1e6},
+                       {"fma_per_s", 2.0 * n * heads * (context - n / 2.0) * hd / us[1] * 1e6}});
+    }
+  }
+  cuda::set_attention_prefill(enabled);
+  report.exact_count("attention prefill kernel == chunk kernel bitwise (1,024-row chunks at 8K and 32K, FP32 and "
+                     "BF16 K/V; 128 rows at 32K without timing)",
+                     mismatches, fmt::format("{} launches compared", compared));
 }
 
 }  // namespace
@@ -406,6 +486,14 @@ void check_attention(Report& report, cudaStream_t stream, const Options& options
   // dynamic shared memory, under 48 KB alone, over it with the kernel's static ones.
   check_accuracy(report, stream, 6, 2, 64, {{300, 6}}, 871);
   check_window_invariance(report, stream, 6, 2, 64, 1000, 9, 872);
+  // Batches whose every window has over 16 rows: the prefill kernel at head_dim 128 (tiles
+  // of 32 / group rows, a tile crossing a window's end, chunk edges), groups 1, 2, 4, 7, 16.
+  check_accuracy(report, stream, 32, 8, 128, {{0, 41}, {1000, 33}}, 881);  // group 4
+  check_accuracy(report, stream, 16, 8, 128, {{37, 120}}, 882);            // group 2 (Qwen3-0.6B)
+  check_accuracy(report, stream, 28, 4, 128, {{255, 20}, {0, 17}}, 883);   // group 7: 4-row tiles
+  check_accuracy(report, stream, 8, 8, 128, {{100, 70}}, 884);             // group 1: 32-row tiles
+  check_accuracy(report, stream, 64, 4, 128, {{130, 20}, {3, 18}}, 885);   // group 16: 2-row tiles
+  check_prefill(report, stream, options.timing);
   report.exact_count("attention_bf16 == f32_to_bf16(attention)", g_bf16_mismatches,
                      fmt::format("{} launches compared", g_bf16_runs));
   report.exact_count("attention == attention_reference (first kernel) bitwise", g_ref_mismatches,
