@@ -66,6 +66,22 @@ __device__ __forceinline__ void store_vec(float* p, const float (&v)[kN]) {
   else *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
 }
 
+/// 16 bytes of K/V elements as floats (exact) to shared memory at p (16-byte aligned).
+template <class T>
+__device__ __forceinline__ void store_widened(float* p, const uint4& raw) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(__uint_as_float(raw.x), __uint_as_float(raw.y),
+                                                __uint_as_float(raw.z), __uint_as_float(raw.w));
+  } else {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<float4*>(p + 4 * h) = make_float4(
+          kv_float(static_cast<uint16_t>(w[2 * h] & 0xffffu)), kv_float(static_cast<uint16_t>(w[2 * h] >> 16)),
+          kv_float(static_cast<uint16_t>(w[2 * h + 1] & 0xffffu)), kv_float(static_cast<uint16_t>(w[2 * h + 1] >> 16)));
+  }
+}
+
 /// W(L, kOff) of the thread's kPassSlots x kPassKeys dot products (see the file comment):
 /// q[a], k[b] point at a slot's query and a key, both permuted so that lane L's dims L,
 /// L + 32, ... lie at L * kDL, L * kDL + 1, ...
@@ -158,24 +174,41 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
       if (j < w.prefix_len) pool_rows(pool, w, j, head_off, krow[tid], vrow[tid]);
       else window_rows(b, w, j, head_off, krow[tid], vrow[tid]);
     }
-    for (int i = tid; i < slots * 32; i += kPrefillThreads) {
-      const int32_t sl = i / 32, l = i % 32;
-      const float* q = b.q + int64_t{row0 + first + sl / group} * b.ld_q + (int64_t{kvh} * group + sl % group) * hd;
-      float v[kDL];
+    {
+      // Every load of the thread issued before the first store (one round trip to L2).
+      constexpr int kItems = kPrefillSlots * 32 / kPrefillThreads;
+      float v[kItems][kDL];
 #pragma unroll
-      for (int t = 0; t < kDL; ++t) v[t] = q[l + 32 * t];
-      store_vec(sq + sl * hd + l * kDL, v);
+      for (int it = 0; it < kItems; ++it) {
+        const int32_t i = tid + it * kPrefillThreads, sl = i / 32, l = i % 32;
+        const float* q = b.q + int64_t{row0 + first + sl / group} * b.ld_q + (int64_t{kvh} * group + sl % group) * hd;
+#pragma unroll
+        for (int t = 0; t < kDL; ++t) v[it][t] = sl < slots ? q[l + 32 * t] : 0.0f;
+      }
+#pragma unroll
+      for (int it = 0; it < kItems; ++it) {
+        const int32_t i = tid + it * kPrefillThreads;
+        if (i / 32 < slots) store_vec(sq + (i / 32) * hd + (i % 32) * kDL, v[it]);
+      }
     }
     __syncthreads();
-    // K as floats (exact), permuted like the queries.
-#pragma unroll 4
-    for (int i = tid; i < count_max * 32; i += kPrefillThreads) {
-      const int32_t jl = i / 32, l = i % 32;
-      const T* k = krow[jl];
-      float v[kDL];
+    // K as floats (exact), permuted like the queries: half the chunk's loads in flight, then
+    // their stores, twice.
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      constexpr int kItems = C * 32 / kPrefillThreads / 2;
+      float v[kItems][kDL];
 #pragma unroll
-      for (int t = 0; t < kDL; ++t) v[t] = kv_float(k[l + 32 * t]);
-      store_vec(skv + jl * kStride + l * kDL, v);
+      for (int it = 0; it < kItems; ++it) {
+        const int32_t i = tid + (half * kItems + it) * kPrefillThreads, jl = i / 32, l = i % 32;
+#pragma unroll
+        for (int t = 0; t < kDL; ++t) v[it][t] = jl < count_max ? kv_float(krow[jl][l + 32 * t]) : 0.0f;
+      }
+#pragma unroll
+      for (int it = 0; it < kItems; ++it) {
+        const int32_t i = tid + (half * kItems + it) * kPrefillThreads;
+        if (i / 32 < count_max) store_vec(skv + (i / 32) * kStride + (i % 32) * kDL, v[it]);
+      }
     }
     __syncthreads();
 
@@ -203,9 +236,23 @@ __global__ void __launch_bounds__(kPrefillThreads, 2)
       }
     }
     __syncthreads();
-    // V as floats over K ([C][hd]), while the softmax runs.
-#pragma unroll 4
-    for (int i = tid; i < count_max * hd; i += kPrefillThreads) skv[i] = kv_float(vrow[i / hd][i % hd]);
+    // V in 16-byte loads, as floats over K ([C][hd]): half the chunk's loads in flight, then
+    // their stores, twice.
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      constexpr int kVec = kVecElems<T>, kVItems = C * hd / kVec / kPrefillThreads / 2;
+      uint4 vraw[kVItems];
+#pragma unroll
+      for (int it = 0; it < kVItems; ++it) {
+        const int32_t i = tid + (half * kVItems + it) * kPrefillThreads, jl = i / (hd / kVec);
+        if (jl < count_max) vraw[it] = *reinterpret_cast<const uint4*>(vrow[jl] + (i % (hd / kVec)) * kVec);
+      }
+#pragma unroll
+      for (int it = 0; it < kVItems; ++it) {
+        const int32_t i = tid + (half * kVItems + it) * kPrefillThreads;
+        if (i / (hd / kVec) < count_max) store_widened<T>(skv + i * kVec, vraw[it]);
+      }
+    }
     // Softmax numerators and each slot's chunk max and sum: the chunk kernel's reductions.
     slot_softmax<kPrefillThreads>(sp, kPStride, red, red2, slots,
                                   [&](int32_t sl) { return count(first + sl / group); });
@@ -287,9 +334,13 @@ cudaError_t launch_prefill(const AttentionShape& s, const PagedPool& pool, const
 /// head_dim 128 only (every long-context shape; lane L holds dims L, L + 32, L + 64, L + 96).
 /// The kernel is written for 32 * kDL, but at head_dim 64 ptxas wanted 255 registers and
 /// spilled at two blocks an SM: not built.
+/// The values are read in 16-byte pieces: every value row 16-byte aligned.
 template <class T>
-bool use_prefill_path(const AttentionShape& s, const PagedPool&, const AttentionBatch& b) {
-  return b.min_window_rows > kStageMaxRows && s.head_dim == 128 && attention_prefill_enabled();
+bool use_prefill_path(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b) {
+  constexpr int kVec = kVecElems<T>;
+  return b.min_window_rows > kStageMaxRows && s.head_dim == 128 && attention_prefill_enabled() &&
+         pool.slot_stride % kVec == 0 && b.ld_kv % kVec == 0 && aligned16(pool.v) && aligned16(b.v) &&
+         aligned16(pool.ring_v);
 }
 
 template <class T>
