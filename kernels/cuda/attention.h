@@ -94,14 +94,22 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// chunk kernel's last block, windows: instead of a block per (row, kv head)); bit 2: a
 /// BF16 chunk block copies its keys to shared memory in 16-byte pieces (cp.async) instead
 /// of loading 2 bytes a lane; bit 4: the chunk kernel built for two blocks an SM (64
-/// registers a thread; head_dim 33..128, one value chain a thread). The default,
-/// kDefaultAttentionVariant, won the A/B of kernels/cuda/README.md ("Eleventh session");
-/// SPECPIPE_ATTENTION_VARIANT (0..7, read on first use) overrides it.
+/// registers a thread; head_dim 33..128, one value chain a thread); bit 8: that build with
+/// fewer shared-memory and shuffle instructions a chunk (groups up to 4, values staged):
+/// each score pass's 16 dot products summed by one reduce-scatter instead of a butterfly
+/// each, and a thread's value chains for 2 dims x up to 2 heads, each staged value pair read
+/// once for all of them; bit 16 (with bit 8): that build for three blocks an SM (40
+/// registers, its shared arrays sized for groups of 4; opt-in). The default,
+/// kDefaultAttentionVariant (bits 1, 2, 4, 8), won the A/Bs of kernels/cuda/README.md
+/// ("Eleventh session", "Twelfth session"); SPECPIPE_ATTENTION_VARIANT (0..31, read on
+/// first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
 constexpr int kAttentionTwoBlocks = 4;
-constexpr int kAttentionVariants = 8;
-constexpr int kDefaultAttentionVariant = 7;
+constexpr int kAttentionLeanChunk = 8;
+constexpr int kAttentionThreeBlocks = 16;
+constexpr int kAttentionVariants = 32;
+constexpr int kDefaultAttentionVariant = 15;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);

@@ -11,15 +11,16 @@ namespace specpipe::cuda::attention_detail {
 namespace {
 
 /// Shared memory of a chunk block: the group's queries, the scores (then numerators),
-/// each key's K and V row addresses, reduction scratch, whether this block merges.
-template <int kDimLanes, class T>
+/// each key's K and V row addresses, reduction scratch, whether this block merges; for
+/// groups of up to kGroups query heads (the three-blocks build: 4, so three blocks fit).
+template <int kDimLanes, class T, int kGroups = kMaxGroup>
 struct ChunkShared {
-  float q[kMaxGroup * 32 * kDimLanes];
-  float p[kMaxGroup][C];
+  float q[kGroups * 32 * kDimLanes];
+  alignas(16) float p[kGroups][C];  // 16-byte rows: the lean value chains read 4 keys at once
   const T* krow[C];
   const T* vrow[C];
-  float red[kMaxGroup][kWarps];
-  float red2[kMaxGroup][kWarps];
+  float red[kGroups][kWarps];
+  float red2[kGroups][kWarps];
   bool merges;
 };
 
@@ -44,9 +45,9 @@ __device__ inline bool chunk_task(const AttentionBatch& b, int32_t row, int32_t 
 
 /// Loads the group's queries and the addresses of the chunk's K/V rows (pool prefix or
 /// dense window) into shared memory.
-template <int kDimLanes, class T>
+template <int kDimLanes, class T, int kGroups>
 __device__ inline void load_chunk(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
-                                  ChunkShared<kDimLanes, T>& sh, ChunkTask& task) {
+                                  ChunkShared<kDimLanes, T, kGroups>& sh, ChunkTask& task) {
   const int32_t row = task.row, kvh = task.kvh, chunk = task.chunk;
   const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
   task.hd = hd;
@@ -128,6 +129,102 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
   }
 }
 
+/// Variant bit 8's scores: the chunk kernel's, as the window kernel's lean build computes
+/// them. A warp takes its kKeys keys (warp, warp + kFastWarps, ...) four at a time; lane l
+/// holds dims l, l+32, ... of each, pass_dots runs the same per-lane FMA chains for the 4
+/// keys x 4 heads (heads past the group repeat the last), and one reduce-scatter (15
+/// halving shuffles and the butterfly's last) sums all 16 as warp_sum does (the same xor
+/// pairs, a + b == b + a): lanes L and L ^ 1 hold key L / 8's score for head (L / 2) % 4,
+/// where the plain build spends a 5-shuffle butterfly on every (key, head).
+template <int kDimLanes, class Shared, class KeyRow>
+__device__ inline void lean_scores(const AttentionShape& s, Shared& sh, int32_t count, KeyRow krow_of) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
+  constexpr int kPassKeys = 4;
+  static_assert(C / kFastWarps % kPassKeys == 0);
+#pragma unroll 1
+  for (int pass = 0; pass < C / kFastWarps / kPassKeys; ++pass) {
+    float kreg[kPassKeys][kDimLanes];
+#pragma unroll
+    for (int u = 0; u < kPassKeys; ++u) {
+      const int jl = warp + (pass * kPassKeys + u) * kFastWarps;
+#pragma unroll
+      for (int t = 0; t < kDimLanes; ++t)
+        kreg[u][t] = jl < count && lane + 32 * t < hd ? kv_float(krow_of(jl)[lane + 32 * t]) : 0.0f;
+    }
+    float v[kPassKeys * 4];
+    pass_dots(sh.q, 0, group, hd, lane, kreg, v);
+    const float dot = reduce_scatter(v, lane);
+    const int index = lane >> 1, g = index & 3, jl = warp + (pass * kPassKeys + (index >> 2)) * kFastWarps;
+    if ((lane & 1) == 0 && g < group) sh.p[g][jl] = jl < count ? dot * s.scale : -INFINITY;
+  }
+}
+
+/// Two staged values (dims d, d + 1 of one key) widened to FP32: one 4-byte (BF16) or
+/// 8-byte (FP32) shared-memory load instead of two.
+__device__ inline float2 value_pair(const uint16_t* at) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(at);
+  return {kv_float(static_cast<uint16_t>(w & 0xffffu)), kv_float(static_cast<uint16_t>(w >> 16))};
+}
+__device__ inline float2 value_pair(const float* at) { return *reinterpret_cast<const float2*>(at); }
+
+/// Four keys' steps of one head's chains of dims d, d + 1: numerators p (keys jl..jl+3),
+/// value pairs v, in key order.
+__device__ inline void pair_steps(const float4& p, const float2 (&v)[4], float& a0, float& a1) {
+  const float p4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    a0 = fmaf(p4[u], v[u].x, a0);
+    a1 = fmaf(p4[u], v[u].y, a1);
+  }
+}
+
+/// Variant bit 8's value sums: thread (pair, part) < hd / 2 x min(group, 2) runs the chains
+/// of dims 2 pair, 2 pair + 1 for heads part and part + 2 (up to 4 chains), each chain
+/// fmaf(p, v, acc) over the chunk's keys in ascending order as value_sums', reading each
+/// staged value pair once for all of them and the numerators 4 keys at a time (16-byte
+/// loads): about a quarter of the plain build's shared-memory loads. Requires staged
+/// values, an even head_dim and a group of at most 4.
+template <class Shared, class T>
+__device__ inline void lean_value_sums(const AttentionShape& s, const AttentionBatch& b, const ChunkTask& task,
+                                       Shared& sh, const T* staged) {
+  const int32_t hd = task.hd, group = task.group, count = task.count;
+  const int pairs = hd / 2, hparts = group < 2 ? group : 2;
+  const int tid = threadIdx.x;
+  if (tid >= pairs * hparts) return;
+  const int d = 2 * (tid % pairs), g0 = tid / pairs, g1 = g0 + 2;
+  const bool two = g1 < group;
+  const float* p0 = sh.p[g0];
+  const float* p1 = sh.p[two ? g1 : g0];
+  float a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f;  // a<head><dim>
+  int32_t jl = 0;
+#pragma unroll 2
+  for (; jl + 4 <= count; jl += 4) {
+    float2 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = value_pair(staged + (jl + u) * hd + d);
+    pair_steps(*reinterpret_cast<const float4*>(p0 + jl), v, a00, a01);
+    if (two) pair_steps(*reinterpret_cast<const float4*>(p1 + jl), v, a10, a11);
+  }
+  for (; jl < count; ++jl) {
+    const float2 v = value_pair(staged + jl * hd + d);
+    a00 = fmaf(p0[jl], v.x, a00);
+    a01 = fmaf(p0[jl], v.y, a01);
+    if (two) {
+      a10 = fmaf(p1[jl], v.x, a10);
+      a11 = fmaf(p1[jl], v.y, a11);
+    }
+  }
+  float* r0 = workspace_at(s, b, task, g0) + 2 + d;
+  r0[0] = a00;
+  r0[1] = a01;
+  if (two) {
+    float* r1 = workspace_at(s, b, task, g1) + 2 + d;
+    r1[0] = a10;
+    r1[1] = a11;
+  }
+}
+
 /// The chunk kernel of the forward: the reference's arithmetic in the reference's order
 /// (same bits), organised for latency. kDimLanes = ceil(head_dim / 32) dims per lane and
 /// kHeadsPerThread value chains per thread are compile-time, so no work is predicated
@@ -148,7 +245,11 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
 /// (variant bit 4): built for two blocks an SM (at most 64 registers a thread); 0: no
 /// minimum given, as the kernel was before (__launch_bounds__(n, 0) is __launch_bounds__(n):
 /// an explicit 1 let ptxas take 80-88 registers where it had taken 40-64, one block an SM).
-template <int kDimLanes, int kHeadsPerThread, class T, int kMinBlocks = 0>
+/// kLean (variant bit 8; kMinBlocks 2 or 3, groups up to 4, values staged): the same chains
+/// with fewer shared-memory and shuffle instructions, lean_scores and lean_value_sums above.
+/// kMinBlocks 3 (variant bit 16 with bit 8): three blocks an SM, at most 40 registers a
+/// thread and the static arrays sized for groups of 4.
+template <int kDimLanes, int kHeadsPerThread, class T, int kMinBlocks = 0, bool kLean = false>
 __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kernel(AttentionShape s, PagedPool pool,
                                                                    AttentionBatch b, uint16_t* outb, bool stage,
                                                                    bool stage_keys) {
@@ -160,7 +261,7 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
   ChunkTask task;
   if (!chunk_task(b, blockIdx.z, blockIdx.x, blockIdx.y, task)) return;
   detail::begin_dependent_kernel();
-  __shared__ ChunkShared<kDimLanes, T> sh;
+  __shared__ ChunkShared<kDimLanes, T, kMinBlocks == 3 ? 4 : kMaxGroup> sh;
   load_chunk(s, pool, b, sh, task);
   const int32_t hd = task.hd, group = task.group, count = task.count;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
@@ -191,35 +292,39 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
     if constexpr (sizeof(T) == 2) return stage_keys ? staged_keys + jl * hd : sh.krow[jl];
     else return sh.krow[jl];  // FP32 keys are never staged (the room holds the values only)
   };
-  for (int base = warp; base < C; base += kKeys * kFastWarps) {
-    float kreg[kKeys][kDimLanes];
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const int jl = base + u * kFastWarps;
-#pragma unroll
-      for (int t = 0; t < kDimLanes; ++t)
-        kreg[u][t] = jl < count && lane + 32 * t < hd ? kv_float(krow_of(jl)[lane + 32 * t]) : 0.0f;
-    }
-    for (int g = 0; g < group; ++g) {
-      float dot[kKeys];
+  if constexpr (kLean) {
+    lean_scores<kDimLanes>(s, sh, count, krow_of);
+  } else {
+    for (int base = warp; base < C; base += kKeys * kFastWarps) {
+      float kreg[kKeys][kDimLanes];
 #pragma unroll
       for (int u = 0; u < kKeys; ++u) {
-        dot[u] = 0.0f;
+        const int jl = base + u * kFastWarps;
 #pragma unroll
         for (int t = 0; t < kDimLanes; ++t)
-          if (lane + 32 * t < hd) dot[u] = fmaf(sh.q[g * hd + lane + 32 * t], kreg[u][t], dot[u]);
+          kreg[u][t] = jl < count && lane + 32 * t < hd ? kv_float(krow_of(jl)[lane + 32 * t]) : 0.0f;
+      }
+      for (int g = 0; g < group; ++g) {
+        float dot[kKeys];
+#pragma unroll
+        for (int u = 0; u < kKeys; ++u) {
+          dot[u] = 0.0f;
+#pragma unroll
+          for (int t = 0; t < kDimLanes; ++t)
+            if (lane + 32 * t < hd) dot[u] = fmaf(sh.q[g * hd + lane + 32 * t], kreg[u][t], dot[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < kKeys; ++u) dot[u] = detail::warp_sum(dot[u]);
+        if (lane == 0) {
+#pragma unroll
+          for (int u = 0; u < kKeys; ++u)
+            if (base + u * kFastWarps < count) sh.p[g][base + u * kFastWarps] = dot[u] * s.scale;
+        }
       }
 #pragma unroll
-      for (int u = 0; u < kKeys; ++u) dot[u] = detail::warp_sum(dot[u]);
-      if (lane == 0) {
-#pragma unroll
-        for (int u = 0; u < kKeys; ++u)
-          if (base + u * kFastWarps < count) sh.p[g][base + u * kFastWarps] = dot[u] * s.scale;
-      }
+      for (int u = 0; u < kKeys; ++u)
+        if (base + u * kFastWarps >= count && lane < group) sh.p[lane][base + u * kFastWarps] = -INFINITY;
     }
-#pragma unroll
-    for (int u = 0; u < kKeys; ++u)
-      if (base + u * kFastWarps >= count && lane < group) sh.p[lane][base + u * kFastWarps] = -INFINITY;
   }
   __syncthreads();
 
@@ -282,7 +387,9 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
       }
     }
   };
-  if (gpart < parts) {
+  if constexpr (kLean) {
+    lean_value_sums(s, b, task, sh, staged);
+  } else if (gpart < parts) {
     if (stage) value_sums([&](int jl, int d) { return kv_float(staged[jl * hd + d]); });
     else value_sums([&](int jl, int d) { return kv_float(sh.vrow[jl][d]); });
   }
@@ -318,10 +425,24 @@ cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const 
   const int variant = attention_variant();
   // Variant bit 4: the two-blocks-an-SM build for head_dim 33..128 and groups up to 4
   // (head_dim 65..128) or 2 (33..64): the 8B, 4B and 0.6B shapes, the demo pair's.
+  const bool stage = can_stage<T>(s, pool, b);
   if constexpr (kDimLanes == 2 || kDimLanes == 4) {
     if ((variant & kAttentionTwoBlocks) != 0 && per_thread <= 1) kernel = attention_chunk_kernel<kDimLanes, 1, T, 2>;
+    // Variant bit 8: the same build with the lean scores and value sums (staged values,
+    // groups up to 4: a score pass's 4 heads, a value thread's 2 head parts x 2).
+    // Bit 16 with it: three blocks an SM (40 registers, the static arrays for 4 heads).
+    if ((variant & kAttentionLeanChunk) != 0 && per_thread <= 1 && stage && s.num_heads / s.num_kv_heads <= 4) {
+      kernel = attention_chunk_kernel<kDimLanes, 1, T, 2, true>;
+      if ((variant & kAttentionThreeBlocks) != 0) {
+        kernel = attention_chunk_kernel<kDimLanes, 1, T, 3, true>;
+        // Three blocks of ~71 KB: the largest shared-memory carveout (228 KB an SM).
+        if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                       cudaSharedmemCarveoutMaxShared);
+            e != cudaSuccess)
+          return e;
+      }
+    }
   }
-  const bool stage = can_stage<T>(s, pool, b);
   // C x head_dim floats whatever the storage type: the values take half of it in BF16, and
   // the merging block's chunk weights all of it (the FP32 room: with BF16's half, rows of
   // over 1,024 chunks at group 4 fell back to the slow per-output merge, 1.4x a 128K step).

@@ -2,17 +2,20 @@
 # On the GPU machine, from the repository root, after tools/gpu/bundle.sh (tools
 # specpipe_cuda_check, specpipe_gpu_generate): the attention variants (kernels/cuda/attention.h,
 # SPECPIPE_ATTENTION_VARIANT: bit 1 the head merge, bit 2 BF16 keys staged by cp.async, bit 4
-# the chunk kernel built for two blocks an SM) checked, then timed against each other and
-# against an earlier build (BASE_BUNDLE) in one call.
-#   1. the chunk kernels' registers, shared memory and spills as built (cuobjdump);
+# the chunk kernel built for two blocks an SM, bit 8 its lean scores and value sums, bit 16
+# that for three blocks an SM) checked, then timed against each other and against an
+# earlier build (BASE_BUNDLE) in one call.
+#   1. the chunk kernels' registers, shared memory and spills as built (cuobjdump; those
+#      whose mangled name matches CHUNK_KERNELS, a grep -E pattern);
 #   2. specpipe_cuda_check --groups attention under each of CHECK_VARIANTS (the last one
 #      with its timings): every attention case against the CPU, bitwise against
 #      attention_reference, decode == window rows, BF16 store == FP32 kernels; the timings
 #      run the 8B shape's decode and 5-token window at 4K-128K, FP32 and BF16 K/V, in every
-#      variant (each variant's bits == variant 0's) -> one line a case here;
-#   3. split_kv.sh's checks on the default variant: the demo pair (golden tokens, graphs ==
-#      eager, speculation == plain) and the layer ring / host tier bit for bit against
-#      all-on-GPU, FP32 and BF16 K/V;
+#      variant (each variant's bits == variant 0's) -> one line a case here (the variants
+#      in SHOW_VARIANTS, all when unset);
+#   3. split_kv.sh's checks on the default variant (SPECPIPE_ATTENTION_VARIANT when set):
+#      the demo pair (golden tokens, graphs == eager, speculation == plain) and the layer
+#      ring / host tier bit for bit against all-on-GPU, FP32 and BF16 K/V;
 #   4. ROUNDS rounds of gemm_variants.sh's synthetic sweep (CHECKS=0,
 #      VARIANT_VAR=SPECPIPE_ATTENTION_VARIANT): FP32 K/V over SHAPES x CONTEXTS, BF16 K/V over
 #      BF16_SHAPES x CONTEXTS, first the BASE_BUNDLE build (if set; its default), then this
@@ -21,7 +24,7 @@
 # back a few files only).
 # Environment: CHECK_VARIANTS ("0 7"), CHECKS (1; 0 skips 2-3), BASE_BUNDLE, VARIANTS
 # ("default"), SHAPES ("llama3.1-8b qwen3-0.6b"), BF16_SHAPES ("llama3.1-8b"; " ": none),
-# CONTEXTS ("8192 32768 131072"), ROUNDS (2), ITERS (5).
+# CONTEXTS ("8192 32768 131072"), ROUNDS (2), ITERS (5), SHOW_VARIANTS, CHUNK_KERNELS (.).
 set -uo pipefail
 here="$(dirname "$0")"
 source "$here/bundle_env.sh"
@@ -31,7 +34,7 @@ new_bundle="$bundle"
 gpu_environment attention_variants
 cat "$out/attention_variants_environment.txt"
 cuobjdump --dump-resource-usage "$check" 2>/dev/null | grep -A1 'attention_chunk_kernel' | grep -v '^--' | paste - - |
-  sed -E 's/.*attention_chunk_kernelI(.*)EEvNS.*(REG:[0-9]+).*(SHARED:[0-9]+).*(LOCAL:[0-9]+).*/  chunk kernel <\1>: \2 \3 \4/'
+  grep -E "${CHUNK_KERNELS:-.}" | sed -E 's/.*attention_chunk_kernelI(.*)EEvNS.*(REG:[0-9]+).*(SHARED:[0-9]+).*(LOCAL:[0-9]+).*/  chunk kernel <\1>: \2 \3 \4/'
 if [[ -n "${BASE_BUNDLE:-}" && -f "$BASE_BUNDLE.tar.xz" && ! -d "$BASE_BUNDLE/bin" ]]; then tar -xJf "$BASE_BUNDLE.tar.xz"; fi
 status=0
 if [[ "${CHECKS:-1}" == 1 ]]; then
@@ -43,17 +46,18 @@ if [[ "${CHECKS:-1}" == 1 ]]; then
     SPECPIPE_ATTENTION_VARIANT=$v timeout 300 "$check" --groups attention $timing >"$json" 2>"${json%.json}.stderr"
     rc=$?
     [[ $rc -eq 0 ]] || status=1
-    python3 - "$here" "$json" "$v" "$rc" <<'PY' || echo "attention check variant $v: exit $rc, no report"
-import sys
+    SHOW_VARIANTS="${SHOW_VARIANTS:-}" python3 - "$here" "$json" "$v" "$rc" <<'PY' || echo "attention check variant $v: exit $rc, no report"
+import os, sys
 sys.path.insert(0, sys.argv[1])
 from check_report import summarise
 r = summarise(sys.argv[2], f"attention check, variant {sys.argv[3]}", sys.argv[4])
+show = os.environ["SHOW_VARIANTS"].split()
 for t in r.get("timings", []):
     us = t.get("variant_us")
     if us:
         rate = t["variant_kv_read_GBps"]
         print(f"  {t['name'][20:]:30s} us (GB/s) by variant: " +
-              " ".join(f"{k}: {x:7.1f} ({rate[k]:5.0f})" for k, x in us.items()))
+              " ".join(f"{k}: {x:7.1f} ({rate[k]:5.0f})" for k, x in us.items() if not show or k in show))
 PY
   done
   CHECK_SPLITS=" " SHAPES=" " bash "$here/split_kv.sh" | grep -v '^read-only' || status=1

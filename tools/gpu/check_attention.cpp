@@ -385,7 +385,9 @@ void time_attention(Report& report, cudaStream_t stream) {
     }
   }
   cuda::set_attention_variant(default_variant);
-  report.exact_count("attention variants 1..7 == variant 0 bitwise (timed shapes, FP32 and BF16 K/V)", mismatches,
+  report.exact_count(fmt::format("attention variants 1..{} == variant 0 bitwise (timed shapes, FP32 and BF16 K/V)",
+                                 cuda::kAttentionVariants - 1),
+                     mismatches,
                      fmt::format("{} launches compared", compared));
 }
 
