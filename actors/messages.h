@@ -152,6 +152,10 @@ struct RoundItem {
   Rng rng{0};                     ///< the request's stream, travelling with its work
   std::vector<int32_t> drafts;    ///< draft: the proposal
   bool drafted_ahead = false;     ///< draft: the proposal was drafted during the previous round
+  /// draft: not null when `drafts` are placeholders and the drafts are on the drafter's
+  /// device (Proposal::on_device); the verifier's forward reads them there and fills
+  /// `drafts` in from its results (ARCHITECTURE.md section 4).
+  DeviceIds device_drafts;
   int32_t q_row = -1;             ///< draft: first row of its q in RoundBatch::q (-1: none)
   int32_t accepted = 0;           ///< verifier: k
   int32_t next_token = -1;        ///< verifier: correction or bonus token

@@ -170,8 +170,13 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
       const int64_t per_sequence = (max_positions + c.kv.block_size - 1) / c.kv.block_size + 1;
       const auto draft_blocks = static_cast<int32_t>(std::max<int64_t>(
           blocks, std::min<int64_t>(int64_t{blocks} + host_blocks, per_sequence * c.scheduler.max_batch)));
-      p.drafter = std::make_shared<ModelDrafter>(std::move(draft), draft_blocks, c.kv.block_size,
-                                                 c.scheduler.prefill_chunk, draft_ahead);
+      // The verifier's forward reads the drafts where the draft model leaves them (a
+      // host model's in host memory): chain rounds then have no host sync of the drafter's.
+      const bool drafts_readable = draft->device() == p.target->device() || draft->device().kind == DeviceKind::cpu;
+      auto drafter = std::make_shared<ModelDrafter>(std::move(draft), draft_blocks, c.kv.block_size,
+                                                    c.scheduler.prefill_chunk, draft_ahead);
+      drafter->keep_drafts_on_device(drafts_readable);
+      p.drafter = std::move(drafter);
       break;
     }
     case DrafterKind::ngram:

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -44,6 +45,9 @@ struct VerifierState {
   std::vector<ForwardWindow> windows;
   std::vector<std::vector<int32_t>> window_tokens;
   std::vector<std::vector<float>> q_rows;
+  /// Drafts read from the drafter's device by the forward: where, and whose (item, draft).
+  std::vector<ForwardModel::PlacedToken> placed;
+  std::vector<std::pair<size_t, size_t>> placed_drafts;
   /// SpecPV (only with a verify_view plugin): each sequence's retrieved blocks per layer,
   /// the retrieval actor's latest answer, which its partial views read.
   std::map<SeqId, std::vector<std::vector<int32_t>>> retrieved;
@@ -200,6 +204,51 @@ void prefill(VerifierState& st, AdmitBatch& b) {
   b.prefill_ms += clock.elapsed_ms();
 }
 
+/// Drafts the drafter left on its device (RoundItem::device_drafts), before the forward:
+/// host memory (a host drafter) is read now, after its event; device memory the forward
+/// reads on the device behind the drafts' event (ForwardModel::place_next_tokens), and
+/// fill_placed_drafts takes their values from its results - no host sync of their own.
+void place_drafts(VerifierState& st, RoundBatch& b, const std::vector<size_t>& owner) {
+  st.placed.clear();
+  st.placed_drafts.clear();
+  std::vector<Event> ready;
+  for (size_t w = 0; w < owner.size(); ++w) {
+    RoundItem& it = b.items[owner[w]];
+    const DeviceIds& d = it.device_drafts;
+    if (!d.ids) continue;
+    std::vector<int32_t>& window = st.window_tokens[owner[w]];
+    const size_t first = window.size() - it.drafts.size();  // the drafts end the window
+    if (d.device.kind == DeviceKind::cpu) {
+      d.ready.synchronize();
+      for (size_t k = 0; k < it.drafts.size(); ++k)
+        window[first + k] = it.drafts[k] = d.ids[k * static_cast<size_t>(d.stride)];
+      it.device_drafts = {};
+      continue;
+    }
+    if (ready.empty() || !ready.back().same(d.ready)) ready.push_back(d.ready);
+    for (size_t k = 0; k < it.drafts.size(); ++k) {
+      st.placed.push_back(
+          {static_cast<int32_t>(w), static_cast<int32_t>(first + k), d.ids + k * static_cast<size_t>(d.stride)});
+      st.placed_drafts.emplace_back(owner[w], k);
+    }
+  }
+  if (!st.placed.empty()) st.deps.target->place_next_tokens(st.placed, ready);
+}
+
+/// After the forward: the drafts it read on the device, into their items.
+void fill_placed_drafts(VerifierState& st, RoundBatch& b) {
+  if (st.placed.empty()) return;
+  const std::span<const int32_t> values = st.deps.target->placed_tokens();
+  if (values.size() != st.placed.size())
+    fail(ErrorCode::internal, "verifier: the forward returned {} drafts read on the device, not {}", values.size(),
+         st.placed.size());
+  for (size_t k = 0; k < values.size(); ++k) {
+    RoundItem& it = b.items[st.placed_drafts[k].first];
+    it.drafts[st.placed_drafts[k].second] = values[k];
+    it.device_drafts = {};
+  }
+}
+
 void verify(VerifierState& st, RoundBatch& b) {
   Stopwatch clock;
   st.windows.clear();
@@ -229,7 +278,9 @@ void verify(VerifierState& st, RoundBatch& b) {
       // The forward's one sync also covers the drafter's work ahead (its next propose
       // then collects it without a sync).
       st.deps.target->join_next_forward(b.draft_ahead);
+      place_drafts(st, b, owner);
       st.deps.target->forward(st.windows, *st.deps.kv, *st.deps.sink, st.logits);
+      fill_placed_drafts(st, b);
       attribute_streamed(st, b, owner, st.deps.target->ring_stats().bytes_loaded - loaded);
     }
   } catch (const std::exception& e) {

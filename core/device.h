@@ -7,6 +7,7 @@
 /// On the CPU, work runs synchronously when issued, so an event is complete as soon as
 /// it is recorded and waiting on it is free. A backend with real asynchronous streams
 /// (CUDA) supplies its own EventImpl.
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -59,6 +60,8 @@ class Event {
     if (impl_) impl_->synchronize();
   }
   bool complete() const { return !impl_ || impl_->query(); }
+  /// The same recorded point (copies of one Event).
+  bool same(const Event& other) const { return impl_ == other.impl_; }
 
  private:
   std::shared_ptr<const EventImpl> impl_;
@@ -68,5 +71,15 @@ class Event {
 /// (the CUDA backend on load). Without one, only CPU streams exist.
 using EventRecorder = Event (*)(const Stream& stream);
 void register_event_recorder(DeviceKind kind, EventRecorder recorder);
+
+/// Token ids produced on a device, not copied to the host: id i is ids[i * stride], in the
+/// memory of `device` (cpu: host memory), once `ready` is complete. Another stream reads
+/// them after waiting for `ready`; how long they stay valid is the producer's to say.
+struct DeviceIds {
+  const int32_t* ids = nullptr;  ///< null: none
+  int32_t stride = 1;
+  Device device;
+  Event ready;
+};
 
 }  // namespace specpipe

@@ -147,6 +147,19 @@ Event ForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, 
   return {};
 }
 
+Event ForwardModel::launch_greedy_chain_early(std::span<const ForwardWindow> windows, int32_t steps, int32_t early,
+                                              const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids) {
+  if (early < 1 || early > steps)
+    fail(ErrorCode::invalid_argument, "forward: the ids of {} early steps of a chain of {}", early, steps);
+  Event done = ForwardModel::launch_greedy_chain(windows, steps, kv, sink);
+  early_ids = {launched_ids_.data(), 1, Device{}, done};
+  return done;
+}
+
+void ForwardModel::place_next_tokens(std::span<const PlacedToken> /*placed*/, std::span<const Event> /*ready*/) {
+  fail(ErrorCode::invalid_argument, "forward: {} reads no input tokens from device memory", device().to_string());
+}
+
 void ForwardModel::collect_greedy_chain(std::vector<int32_t>& ids) {
   if (!launched_) fail(ErrorCode::invalid_argument, "forward: no launched greedy chain to collect");
   launched_ = false;

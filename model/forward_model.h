@@ -248,6 +248,31 @@ class ForwardModel {
   virtual Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                     KvWriteSink& sink);
   virtual void collect_greedy_chain(std::vector<int32_t>& ids);
+  /// launch_greedy_chain that also gives, without a host sync, where the ids of the
+  /// chain's first `early` steps (1..steps) lie before it ends: `early_ids` id
+  /// step * windows + w is window w's id of that step (step-major, as collect gives
+  /// them), and its event comes after those steps on this model's stream, so another
+  /// stream can read them while the rest of the chain runs (the model drafter's drafts go
+  /// to the verify forward this way: place_next_tokens). Valid until this model's next
+  /// forward or chain. This default runs the chain at once: host memory, complete. A
+  /// model that overrides launch_greedy_chain overrides this too.
+  virtual Event launch_greedy_chain_early(std::span<const ForwardWindow> windows, int32_t steps, int32_t early,
+                                          const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids);
+
+  /// Tokens of the next forward()'s windows that the host does not have: each placed
+  /// token is read on this model's device from `at` (device memory of this model's
+  /// device) after the forward's stream has waited for every event of `ready`, in front
+  /// of the forward (its span holds a placeholder in [0, vocab) there). After that forward
+  /// placed_tokens() gives their values, in `placed` order, copied back under the
+  /// forward's one host sync. Dropped if the forward fails first. A device model only:
+  /// this default throws Error(invalid_argument) (a host consumer reads host ids itself).
+  struct PlacedToken {
+    int32_t window = 0;  ///< index into the next forward's windows
+    int32_t offset = 0;  ///< the token's index in that window
+    const int32_t* at = nullptr;
+  };
+  virtual void place_next_tokens(std::span<const PlacedToken> placed, std::span<const Event> ready);
+  virtual std::span<const int32_t> placed_tokens() const { return {}; }
 
   /// Work of another stream that the next forward() also waits for: when that forward
   /// returns, the work behind `e` is complete too. A device model makes its stream wait

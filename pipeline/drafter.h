@@ -38,6 +38,11 @@ struct Proposal {
   std::vector<std::vector<float>> q;
   /// The drafts were ready before the round asked (the model drafter's draft-ahead).
   bool made_ahead = false;
+  /// Not null: the drafts are still on the drafter's device and `tokens` holds as many
+  /// placeholders (0); tokens[i] is on_device.ids[i * stride] once on_device.ready is
+  /// complete (the model drafter with keep_drafts_on_device: a chain launched without a
+  /// host sync). Valid until the drafter's next propose() or finish().
+  DeviceIds on_device;
 };
 
 class Drafter {

@@ -1,6 +1,7 @@
 #include "pipeline/model_drafter.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 #include "pipeline/draft_sampling.h"
@@ -94,6 +95,7 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   for (size_t i = 0; i < items.size(); ++i)
     out[i].made_ahead = ready[i] = adopt_ahead(items[i].request, *seqs[i], chain ? longest : 0, out[i].tokens);
   if (chain && longest > 0) {
+    if (drafts_on_device_ && launch_chain(items, seqs, batch_feed, ready, out)) return;
     propose_chain(items, seqs, batch_feed, ready, out);
     if (draft_ahead_) {
       for (size_t i = 0; i < items.size(); ++i) last_drafts_.emplace_back(items[i].request, out[i].tokens.back());
@@ -140,16 +142,22 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   // the target accepts them; the next round's catch_up trims what it rejected.
 }
 
-void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs,
-                                 size_t max_feed, const std::vector<bool>& ready, std::vector<Proposal>& out) {
-  const int32_t gamma = items.front().gamma;
-  std::vector<ForwardWindow> windows;
-  std::vector<size_t> owner;
+void ModelDrafter::chain_windows(std::span<Sequence* const> seqs, size_t max_feed, int32_t gamma,
+                                 const std::vector<bool>& ready, std::vector<ForwardWindow>& windows,
+                                 std::vector<size_t>& owner) {
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (ready[i]) continue;
     windows.push_back(first_window(*seqs[i], max_feed, gamma - 1, /*greedy=*/true));
     owner.push_back(i);
   }
+}
+
+void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs,
+                                 size_t max_feed, const std::vector<bool>& ready, std::vector<Proposal>& out) {
+  const int32_t gamma = items.front().gamma;
+  std::vector<ForwardWindow> windows;
+  std::vector<size_t> owner;
+  chain_windows(seqs, max_feed, gamma, ready, windows, owner);
   if (windows.empty()) return;
   model_->forward_greedy_chain(windows, gamma, kv_, writer_, chain_ids_);
   const size_t n = windows.size();
@@ -163,16 +171,81 @@ void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Seq
   }
 }
 
+bool ModelDrafter::launch_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
+                                const std::vector<bool>& ready, std::vector<Proposal>& out) {
+  const int32_t gamma = items.front().gamma;
+  const int32_t longer = 2 * gamma + 1;  // with draft-ahead: the drafts, then its chain
+  // Every draft made already: after_propose launches the draft-ahead chain as ever.
+  if (std::all_of(ready.begin(), ready.end(), [](bool r) { return r; }) || gamma > model_->max_chain_steps() ||
+      (draft_ahead_ && longer > std::min(kMaxAheadSteps, model_->max_chain_steps())) ||
+      std::any_of(items.begin(), items.end(), [&](const DraftItem& it) { return it.gamma != gamma; }))
+    return false;
+  std::vector<ForwardWindow> windows;
+  std::vector<size_t> owner;
+  chain_windows(seqs, max_feed, gamma, ready, windows, owner);
+  // With draft-ahead the chain goes on as after_propose's would (feed the last draft,
+  // gamma + 1 steps more); the items whose drafts were made ahead join it fed their last
+  // draft, as in after_propose. When it is too long (checked above) or a window has no
+  // room for it, the round drafts as without keep_drafts_on_device (propose_chain, then
+  // after_propose).
+  int32_t steps = gamma;
+  if (draft_ahead_) {
+    const int32_t max_positions = model_->config().max_position_embeddings;
+    bool fits = true;
+    int64_t blocks = 0;
+    auto room = [&](SeqId seq, int32_t end) {
+      fits = fits && end <= max_positions;
+      blocks += kv_.blocks_needed(seq, end);
+    };
+    for (const ForwardWindow& w : windows)
+      room(w.seq, kv_.length(w.seq) + static_cast<int32_t>(w.tokens.size()) + longer - 1);
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (ready[i]) room(seqs[i]->seq, kv_.length(seqs[i]->seq) + longer);
+    if (!fits || blocks > kv_.free_blocks()) return false;  // the windows stay as propose_chain makes them
+    steps = longer;
+  }
+  launched_.clear();
+  for (size_t i : owner) launched_.add(items[i].request, gamma, 0, 0);
+  if (steps > gamma)
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (ready[i]) launched_.add(items[i].request, 0, out[i].tokens.back(), kv_.length(seqs[i]->seq));
+  const size_t fresh = owner.size();
+  for (size_t k = fresh; k < launched_.requests.size(); ++k) {
+    const SeqId seq = sequences_.at(launched_.requests[k]).seq;
+    kv_.reserve(seq, launched_.from[k] + steps);  // fits (checked)
+    windows.push_back({seq, {&launched_.first[k], 1}, LogitsMode::last, -1, true});
+  }
+  for (size_t w = 0; w < fresh; ++w) {
+    const SeqId seq = windows[w].seq;
+    kv_.reserve(seq, kv_.length(seq) + static_cast<int32_t>(windows[w].tokens.size()) + steps - 1);  // fits
+  }
+  DeviceIds early;
+  const Event done = model_->launch_greedy_chain_early(windows, steps, gamma, kv_, writer_, early);
+  launched_.steps = steps;
+  ahead_running_ = true;
+  launched_done_ = done;
+  if (steps > gamma) ahead_stats_.launched += static_cast<int64_t>(windows.size());
+  const auto n = static_cast<int32_t>(windows.size());
+  for (size_t w = 0; w < fresh; ++w) {
+    // The catch-up's K/V are the context's: committed now; the drafts' at settle_ahead.
+    kv_.commit(windows[w].seq, windows[w].tokens);
+    Proposal& p = out[owner[w]];
+    p.tokens.assign(static_cast<size_t>(gamma), 0);
+    p.on_device = {early.ids + w, n, early.device, early.ready};
+  }
+  return true;
+}
+
 Event ModelDrafter::after_propose() {
-  if (!draft_ahead_ || last_drafts_.empty() || ahead_running_) return {};
+  // launch_chain's chain goes on past the drafts already.
+  if (ahead_running_) return std::exchange(launched_done_, Event{});
+  if (!draft_ahead_ || last_drafts_.empty()) return {};
   // Feed each sequence's last draft, then draft gamma + 1 more: the guess of the bonus
   // token and the next round's gamma drafts after it.
   const int32_t steps = last_gamma_ + 1;
   if (steps > kMaxAheadSteps) return {};
   const int32_t max_positions = model_->config().max_position_embeddings;
-  ahead_requests_.clear();
-  ahead_first_.clear();
-  ahead_from_.clear();
+  launched_.clear();
   for (const auto& [request, last] : last_drafts_) {
     auto it = sequences_.find(request);
     if (it == sequences_.end()) continue;
@@ -180,18 +253,16 @@ Event ModelDrafter::after_propose() {
     const int32_t from = kv_.length(seq);
     if (from + steps > max_positions || kv_.blocks_needed(seq, from + steps) > kv_.free_blocks()) continue;
     kv_.reserve(seq, from + steps);  // fits (checked): the chain's rows [from, from + steps)
-    ahead_requests_.push_back(request);
-    ahead_first_.push_back(last);
-    ahead_from_.push_back(from);
+    launched_.add(request, 0, last, from);
   }
   last_drafts_.clear();
-  if (ahead_requests_.empty()) return {};
+  if (launched_.requests.empty()) return {};
   std::vector<ForwardWindow> windows;
-  for (size_t i = 0; i < ahead_requests_.size(); ++i)
-    windows.push_back({sequences_.at(ahead_requests_[i]).seq, {&ahead_first_[i], 1}, LogitsMode::last, -1, true});
+  for (size_t i = 0; i < launched_.requests.size(); ++i)
+    windows.push_back({sequences_.at(launched_.requests[i]).seq, {&launched_.first[i], 1}, LogitsMode::last, -1, true});
   Event done = model_->launch_greedy_chain(windows, steps, kv_, writer_);
   ahead_running_ = true;
-  ahead_steps_ = steps;
+  launched_.steps = steps;
   ahead_stats_.launched += static_cast<int64_t>(windows.size());
   return done;
 }
@@ -199,19 +270,33 @@ Event ModelDrafter::after_propose() {
 void ModelDrafter::settle_ahead() {
   if (!ahead_running_) return;
   ahead_running_ = false;
+  launched_done_ = {};
   model_->collect_greedy_chain(chain_ids_);
-  const size_t n = ahead_requests_.size();
+  const size_t n = launched_.requests.size();
+  const int32_t steps = launched_.steps;
   for (size_t i = 0; i < n; ++i) {
-    if (!sequences_.count(ahead_requests_[i])) continue;
+    auto it = sequences_.find(launched_.requests[i]);
+    if (it == sequences_.end()) continue;
+    auto id = [&](int32_t step) { return chain_ids_[static_cast<size_t>(step) * n + i]; };
+    const int32_t made = launched_.drafts[i];
     Ahead a;
-    a.from = ahead_from_[i];
-    a.fed.push_back(ahead_first_[i]);
-    for (int32_t step = 0; step < ahead_steps_; ++step) {
-      const int32_t id = chain_ids_[static_cast<size_t>(step) * n + i];
-      a.ids.push_back(id);
-      if (step + 1 < ahead_steps_) a.fed.push_back(id);
+    if (made > 0) {
+      // The round's drafts: the K/V of every one but the last are in the pool (as
+      // propose_chain leaves them); the last was fed next, at the ahead part's start.
+      std::vector<int32_t> drafts;
+      for (int32_t step = 0; step + 1 < made; ++step) drafts.push_back(id(step));
+      kv_.commit(it->second.seq, drafts);
+      a.from = kv_.length(it->second.seq);
+      a.fed.push_back(id(made - 1));
+    } else {
+      a.from = launched_.from[i];
+      a.fed.push_back(launched_.first[i]);
     }
-    ahead_[ahead_requests_[i]] = std::move(a);
+    for (int32_t step = made; step < steps; ++step) {
+      a.ids.push_back(id(step));
+      if (step + 1 < steps) a.fed.push_back(id(step));
+    }
+    if (!a.ids.empty()) ahead_[launched_.requests[i]] = std::move(a);
   }
 }
 

@@ -18,6 +18,14 @@
 /// the rest is left to be overwritten. The drafts are the same tokens either way (batch
 /// invariance: a row's result does not depend on the window it came in); only when they
 /// are computed moves.
+///
+/// Drafts kept on the device (keep_drafts_on_device, for a consumer that reads them
+/// there: the verifier's forward, ARCHITECTURE.md section 4): a chain round whose drafts
+/// the draft-ahead did not make launches its chain instead of waiting for it, and
+/// returns proposals whose tokens are on the device (Proposal::on_device). With
+/// draft-ahead the same chain goes on past the drafts as the draft-ahead chain would
+/// (feed the last draft, draft gamma + 1 more), so a round has no host sync of the
+/// drafter's own; the next propose() collects the chain and fills in the books.
 #include <map>
 #include <memory>
 
@@ -43,6 +51,9 @@ class ModelDrafter final : public Drafter {
   /// Launches the draft-ahead chain of the last round (when on and that round was a
   /// greedy chain); returns the event after it (ForwardModel::launch_greedy_chain).
   Event after_propose() override;
+  /// Chain rounds launch their chain and hand out its drafts on the device (see above).
+  /// Only for a consumer that takes Proposal::on_device (the draft actor's verifier).
+  void keep_drafts_on_device(bool on) { drafts_on_device_ = on; }
 
   /// Draft-ahead counts, per sequence: chains launched, and rounds whose drafts they
   /// made (the others still keep their matching K/V).
@@ -66,10 +77,23 @@ class ModelDrafter final : public Drafter {
   /// Step 0's window of one sequence: its catch-up, after prefilling all but the last
   /// token of one longer than `max_feed`; reserves `extra` positions after it.
   ForwardWindow first_window(Sequence& s, size_t max_feed, int32_t extra, bool greedy);
+  /// A chain round's step-0 windows (first_window, gamma - 1 positions reserved after
+  /// each) of the items whose drafts the draft-ahead did not make, and their indices.
+  void chain_windows(std::span<Sequence* const> seqs, size_t max_feed, int32_t gamma, const std::vector<bool>& ready,
+                     std::vector<ForwardWindow>& windows, std::vector<size_t>& owner);
   /// The chain path of propose (all greedy, one gamma) for the items whose drafts the
   /// draft-ahead did not already make (ready[i]).
   void propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
                      const std::vector<bool>& ready, std::vector<Proposal>& out);
+
+  /// propose_chain without waiting (keep_drafts_on_device): launches one chain for the
+  /// items the draft-ahead did not make, their drafts then (with draft-ahead) the
+  /// draft-ahead chain's gamma + 1 steps, which the ready items join fed their last draft.
+  /// Returns false when it cannot (mixed gammas; with draft-ahead, a chain of 2 gamma + 1
+  /// steps too long for the model or without room): the caller runs propose_chain, whose
+  /// windows it may have prepared already (first_window gives the same ones again).
+  bool launch_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
+                    const std::vector<bool>& ready, std::vector<Proposal>& out);
 
   /// A sequence's part of a finished draft-ahead chain.
   struct Ahead {
@@ -77,7 +101,8 @@ class ModelDrafter final : public Drafter {
     std::vector<int32_t> fed;  // the round's last draft, then every chain id but the last
     std::vector<int32_t> ids;  // the chain's ids: ids[i] is the draft after fed[0..i]
   };
-  /// Waits for a launched draft-ahead chain and files each live sequence's Ahead.
+  /// Waits for a launched chain (no sync once its event is complete), commits the K/V
+  /// of the drafts it made and files each live sequence's Ahead.
   void settle_ahead();
   /// Applies a sequence's Ahead once its context has this round's tokens: commits the K/V
   /// that match the context and, when `want` > 0 drafts are all made already, returns
@@ -95,10 +120,30 @@ class ModelDrafter final : public Drafter {
   std::vector<int32_t> chain_ids_;
 
   bool draft_ahead_;
+  bool drafts_on_device_ = false;
+  /// The chain launched and not yet settled, by window: the draft-ahead chain of
+  /// after_propose (drafts 0: the window fed `first` at position `from`) or launch_chain's
+  /// (drafts gamma for a window that drafted this round: its first gamma ids are them).
+  struct Launched {
+    std::vector<RequestId> requests;
+    std::vector<int32_t> drafts, first, from;
+    int32_t steps = 0;
+    void clear() {
+      requests.clear();
+      drafts.clear();
+      first.clear();
+      from.clear();
+    }
+    void add(RequestId request, int32_t made, int32_t fed, int32_t at) {
+      requests.push_back(request);
+      drafts.push_back(made);
+      first.push_back(fed);
+      from.push_back(at);
+    }
+  };
   bool ahead_running_ = false;                    // a launched chain not yet settled
-  int32_t ahead_steps_ = 0;
-  std::vector<RequestId> ahead_requests_;         // the launched chain's windows, in order
-  std::vector<int32_t> ahead_first_, ahead_from_; // each window's token and position
+  Launched launched_;
+  Event launched_done_;                           // launch_chain's, until after_propose hands it out
   std::map<RequestId, Ahead> ahead_;              // settled, waiting for the next round
   std::vector<std::pair<RequestId, int32_t>> last_drafts_;  // (request, last draft) of a chain round
   int32_t last_gamma_ = 0;

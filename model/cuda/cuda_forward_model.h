@@ -75,7 +75,16 @@ class CudaForwardModel final : public ForwardModel {
   /// once through the host loop).
   Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                             KvWriteSink& sink) override;
+  /// CudaTransformer::launch_greedy_chain in two launches with an event after `early`
+  /// steps: early_ids are the device's (its argmax buffer).
+  Event launch_greedy_chain_early(std::span<const ForwardWindow> windows, int32_t steps, int32_t early,
+                                  const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids) override;
   void collect_greedy_chain(std::vector<int32_t>& ids) override;
+  /// CudaTransformer::place_tokens: the ids are read on the device, behind `ready`.
+  void place_next_tokens(std::span<const PlacedToken> placed, std::span<const Event> ready) override {
+    model_->place_tokens(placed, ready);
+  }
+  std::span<const int32_t> placed_tokens() const override { return model_->placed_tokens(); }
   /// CudaTransformer::join_before_sync: the next forward's one sync covers `e` too.
   void join_next_forward(const Event& e) override { model_->join_before_sync(e); }
 

@@ -16,6 +16,7 @@
 #include "model/cuda/decoder_step.h"
 #include "model/cuda/device_memory.h"
 #include "model/cuda/device_ring.h"
+#include "model/cuda/model_ops.h"
 #include "model/cuda/device_weights.h"
 #include "model/cuda/forward_plan.h"
 #include "model/cuda/fused_step.h"
@@ -421,16 +422,29 @@ void CudaTransformer::forward_greedy_chain(std::span<const ForwardWindow> window
   ids = chain_ids_;
 }
 
-Event CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv) {
-  run_chain(windows, steps, kv, /*defer=*/true);
+Event CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                           int32_t early) {
+  if (early < 0 || early > steps)
+    fail(ErrorCode::invalid_argument, "CUDA forward: the ids of {} early steps of a chain of {}", early, steps);
+  run_chain(windows, steps, kv, /*defer=*/true, early);
   return launched_done_;
 }
 
-void CudaTransformer::run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer) {
+DeviceIds CudaTransformer::early_ids() const {
+  return {impl_->argmax, 1, {DeviceKind::cuda, options_.device}, early_done_};
+}
+
+void CudaTransformer::place_tokens(std::span<const ForwardModel::PlacedToken> placed, std::span<const Event> ready) {
+  placed_.assign(placed.begin(), placed.end());
+  placed_ready_.assign(ready.begin(), ready.end());
+}
+
+void CudaTransformer::run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer,
+                                int32_t early) {
   const bool copy = options_.copy_logits;
   options_.copy_logits = false;
   try {
-    run(windows, steps, true, kv, chain_logits_, defer);
+    run(windows, steps, true, kv, chain_logits_, defer, early);
   } catch (...) {
     options_.copy_logits = copy;
     throw;
@@ -456,6 +470,7 @@ void CudaTransformer::settle_launched_chain() {
   // Another stream's sync may have covered the chain already (the verifier's forward
   // joins it): then the query is all it costs.
   const Event done = std::exchange(launched_done_, Event{});
+  early_done_ = {};
   if (!done.complete()) cuda_try(cudaStreamSynchronize(stream_), "launched chain");
   const int32_t* host_ids = impl_->host_ids(options_.max_tokens, config_.vocab_size);
   launched_chain_ids_.assign(host_ids, host_ids + count);
@@ -463,19 +478,26 @@ void CudaTransformer::settle_launched_chain() {
 }
 
 void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv,
-                          CudaLogits& out, bool defer) {
+                          CudaLogits& out, bool defer, int32_t early) {
   const ModelConfig& c = config_;
   cuda::TransformerState& d = *impl_;
   // A staged round's rows go to the staging buffer: its "slots" are the row indices.
   const bool stage = stage_rows_ && !chain;
   // The host plan (every check; tokens, positions, slots, block tables, attention windows,
   // logit rows), before the device is touched.
-  const cuda::ForwardPlan plan = cuda::plan_forward(windows, steps, chain, stage, kv, c,
-                                                    {options_.max_tokens, d.num_blocks, d.block_size, d.meta_layout});
+  cuda::ForwardPlan plan = cuda::plan_forward(windows, steps, chain, stage, kv, c,
+                                              {options_.max_tokens, d.num_blocks, d.block_size, d.meta_layout});
 
   const std::lock_guard stream_lock(d.stream_mutex);
   // Another stream's work this forward's sync covers (taken now: a failure drops it).
   const Event join = defer ? Event{} : std::exchange(join_, Event{});
+  // Input ids read on the device (place_tokens), taken now (a failure drops them):
+  // references to their source in the plan.
+  placed_values_.clear();
+  const std::vector<ForwardModel::PlacedToken> placed = chain ? decltype(placed_){} : std::exchange(placed_, {});
+  const std::vector<Event> placed_ready = chain ? decltype(placed_ready_){} : std::exchange(placed_ready_, {});
+  const int32_t* placed_base = place_planned_tokens(plan, placed);
+  const bool placing = placed_base != nullptr;
   settle_launched_chain();  // its ids come back in the pinned buffer this forward reuses
   // CAF runs an actor on any of its threads; the device is per thread.
   cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
@@ -489,6 +511,13 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   out.first_ = plan.first_logit_row;
   out.rows_ = plan.window_logit_rows;
   upload_plan(plan);
+  if (placing) {
+    // Behind the producers' events (no host sync): the references become their ids.
+    for (const Event& e : placed_ready) e.wait_on({{DeviceKind::cuda, options_.device}, stream_});
+    cuda_try(cuda::resolve_placed_ids(reinterpret_cast<int32_t*>(d.meta.as<unsigned char>() + d.meta_layout.tokens),
+                                      plan.total_tokens, placed_base, stream_),
+             "placed input ids");
+  }
   // SpecPV: partial views read each layer's own windows and tables; query taps get
   // their windows' query rows back after the forward.
   if (plan.views()) upload_views(plan);
@@ -521,7 +550,22 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   settings.num_query_copies = static_cast<int32_t>(taps.size());
   // A pending write-back with no ring forward to carry it goes in line, in front.
   if (!ring) flush_write_back(kv.host_tier());
-  if (use_graph) {
+  // A chain launched with early ids: steps [0, early), an event, the rest (a graph each).
+  const bool split = chain && defer && early > 0 && early < steps;
+  auto launch_steps = [&](int32_t from, int32_t to) {
+    std::vector<int32_t> key = cuda::graph_key(plan, options_.copy_logits, options_.timing_skip);
+    key.push_back(from);
+    key.push_back(to == steps ? -2 : -1);  // a part's key ends negative, no whole forward's does
+    if (use_graph)
+      d.graphs.launch(key, stream_, [&] { enqueue_forward(plan, settings, from, to); });
+    else
+      enqueue_forward(plan, settings, from, to);
+  };
+  if (split) {  // never over host-tier K/V (plan_forward refuses such chains)
+    launch_steps(0, early);
+    early_done_ = Event::record({{DeviceKind::cuda, options_.device}, stream_});
+    launch_steps(early, steps);
+  } else if (use_graph) {
     d.graphs.launch(cuda::graph_key(plan, options_.copy_logits, options_.timing_skip), stream_,
                     [&] { enqueue_forward(plan, settings); });
   } else if (ring) {
@@ -556,11 +600,23 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     launched_ids_ = steps * plan.windows();
     launched_ready_ = false;
     launched_done_ = Event::record(stream);
+    if (!split) early_done_ = launched_done_;
     return;
   }
+  // The input ids come back with the results: the placed ones are read from them.
+  int32_t* host_tokens = d.host_ids(options_.max_tokens, c.vocab_size) + options_.max_tokens;
+  if (placing)
+    cuda_try(cudaMemcpyAsync(host_tokens, d.meta.as<unsigned char>() + d.meta_layout.tokens,
+                             static_cast<size_t>(plan.total_tokens) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+             "placed input ids copy");
   join.wait_on(stream);  // on the device, behind this forward's work
   cuda_try(cudaStreamSynchronize(stream_), "forward");
   read_results(plan, out);
+  if (placing)
+    for (const ForwardModel::PlacedToken& p : placed) {
+      const cuda::AttentionWindowDesc& w = plan.attention.windows[static_cast<size_t>(p.window)];
+      placed_values_.push_back(host_tokens[w.first_token + p.offset]);
+    }
   const int64_t qd = c.q_dim();
   size_t tap = 0;
   for (const ForwardWindow& w : windows) {
@@ -651,7 +707,27 @@ void CudaTransformer::grow_workspace(int32_t rows, int32_t chunks) {
   d.workspace.allocate(static_cast<size_t>(need_ws), &device_bytes_);
 }
 
-void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings) {
+const int32_t* CudaTransformer::place_planned_tokens(cuda::ForwardPlan& plan,
+                                                     std::span<const ForwardModel::PlacedToken> placed) {
+  if (placed.empty()) return nullptr;
+  // A reference is -1 - the id's index from the lowest address placed.
+  const int32_t* base = placed.front().at;
+  for (const ForwardModel::PlacedToken& p : placed) base = std::min(base, p.at);
+  for (const ForwardModel::PlacedToken& p : placed) {
+    const auto w = static_cast<size_t>(p.window);
+    if (p.window < 0 || w >= plan.attention.windows.size() || p.offset < 0 ||
+        p.offset >= plan.attention.windows[w].n || p.at - base >= INT32_MAX)
+      fail(ErrorCode::invalid_argument, "CUDA forward: a placed token at window {} token {} is not in the forward",
+           p.window, p.offset);
+    plan.tokens[static_cast<size_t>(plan.attention.windows[w].first_token + p.offset)] =
+        -1 - static_cast<int32_t>(p.at - base);
+  }
+  return base;
+}
+
+void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings, int32_t from,
+                                      int32_t to) {
+  if (to < 0) to = plan.steps;
   const cuda::TransformerState& d = *impl_;
   const cuda::ForwardMetaLayout& layout = d.meta_layout;
   const int64_t V = config_.vocab_size;
@@ -661,16 +737,17 @@ void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda:
   // back to back: nw ids each), and the last step's logits when asked.
   const auto* d_ident = reinterpret_cast<const int32_t*>(db + layout.identity);
   const auto* d_bt = reinterpret_cast<const int32_t*>(db + layout.tables);
-  cuda::enqueue_decoder_step(
-      d, config_, settings,
-      {reinterpret_cast<const int64_t*>(db + layout.slots), reinterpret_cast<const int32_t*>(db + layout.tokens),
-       reinterpret_cast<const int32_t*>(db + layout.positions),
-       reinterpret_cast<const int32_t*>(db + layout.token_window),
-       reinterpret_cast<const int32_t*>(db + layout.logit_index), d_bt,
-       reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.windows), plan.total_tokens, plan.logit_rows,
-       d.argmax},
-      stream_);
-  for (int32_t s = 1; s < plan.steps; ++s)
+  if (from == 0)
+    cuda::enqueue_decoder_step(
+        d, config_, settings,
+        {reinterpret_cast<const int64_t*>(db + layout.slots), reinterpret_cast<const int32_t*>(db + layout.tokens),
+         reinterpret_cast<const int32_t*>(db + layout.positions),
+         reinterpret_cast<const int32_t*>(db + layout.token_window),
+         reinterpret_cast<const int32_t*>(db + layout.logit_index), d_bt,
+         reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.windows), plan.total_tokens,
+         plan.logit_rows, d.argmax},
+        stream_);
+  for (int32_t s = std::max(1, from); s < to; ++s)
     cuda::enqueue_decoder_step(
         d, config_, settings,
         {reinterpret_cast<const int64_t*>(db + layout.chain_slots(s)), d.argmax + (s - 1) * nw,
@@ -678,6 +755,7 @@ void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda:
          reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.chain_windows(s)), nw, nw,
          d.argmax + s * nw},
         stream_);
+  if (to < plan.steps) return;  // the copies back go with the last step
   const int32_t ids = plan.ids();
   if (ids > 0)
     cuda_try(cudaMemcpyAsync(d.host_ids(options_.max_tokens, V), d.argmax, static_cast<size_t>(ids) * 4,

@@ -187,8 +187,22 @@ class CudaTransformer {
   /// the event after the chain and its ids' copy back: once another stream's sync has
   /// covered it (join_before_sync), collect and the next forward take the ids without a
   /// sync of their own (an event query instead).
-  Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv);
+  /// With `early` in [1, steps): the chain runs as two launches (two graphs) with an
+  /// event between them, after step early - 1, which early_ids() gives with the device
+  /// ids of those steps (ForwardModel::launch_greedy_chain_early).
+  Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                            int32_t early = 0);
   void collect_greedy_chain(std::vector<int32_t>& ids);
+  /// The last launched chain's ids on the device ([steps x windows], step-major: the
+  /// argmax buffer, valid until the next forward or chain) and the event after its first
+  /// `early` steps (after the whole chain without `early`).
+  DeviceIds early_ids() const;
+  /// ForwardModel::place_next_tokens: the next forward (not a chain) waits for `ready`
+  /// on its stream after its metadata upload, copies each placed token from `at` (this
+  /// device's memory) into its input ids, and copies its input ids back with its
+  /// results; placed_tokens() then has the placed values. Dropped if it fails first.
+  void place_tokens(std::span<const ForwardModel::PlacedToken> placed, std::span<const Event> ready);
+  std::span<const int32_t> placed_tokens() const { return placed_values_; }
   /// The next forward (not a launched chain) makes its stream wait for `e` after its own
   /// work, before its one sync: when it returns, the work behind `e` is complete too
   /// (ForwardModel::join_next_forward). Dropped if that forward fails first.
@@ -288,13 +302,14 @@ class CudaTransformer {
                   int32_t block_size, CudaTransformerOptions options);
   /// forward_greedy_chain (defer false) and launch_greedy_chain (defer true): run()
   /// without logits copies (the plan checks the step count).
-  void run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer);
+  void run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer,
+                 int32_t early = 0);
   /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
   /// window and step, in chain_ids_): plan (model/cuda/forward_plan.h), upload, replay a
   /// graph or run the steps (eagerly or into a new graph), copy back. defer (chains only):
   /// return after enqueueing, without the sync; see launch_greedy_chain.
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out,
-           bool defer = false);
+           bool defer = false, int32_t early = 0);
   /// Packs the plan's metadata into the pinned buffer and enqueues its upload.
   void upload_plan(const cuda::ForwardPlan& plan);
   /// SpecPV: the same for a view forward's per-layer windows and tables (growing the
@@ -313,8 +328,16 @@ class CudaTransformer {
   /// stream made for `overlap`); Error(out_of_capacity) when the device lacks the memory.
   void prepare_layer_prefill(const cuda::LayerPrefillPlan& plan, bool overlap);
   /// Enqueues every step of the plan (model/cuda/decoder_step.h) and the copies back of
-  /// the argmax ids and logits rows: what a graph captures.
-  void enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings);
+  /// the argmax ids and logits rows: what a graph captures. A chain launched in two
+  /// parts enqueues steps [from, to) each; the copies back go with the last step.
+  void enqueue_forward(const cuda::ForwardPlan& plan, const cuda::StepSettings& settings, int32_t from = 0,
+                       int32_t to = -1);
+  /// place_tokens' part of run(): writes a reference to each placed token's source into
+  /// the plan's input ids (-1 - its index from the returned base, the lowest address),
+  /// resolved on the device after the upload (cuda::resolve_placed_ids). Null: none.
+  /// Throws Error(invalid_argument) for a token outside the plan's windows.
+  static const int32_t* place_planned_tokens(cuda::ForwardPlan& plan,
+                                             std::span<const ForwardModel::PlacedToken> placed);
   /// After the sync: the ids (and logits rows) from the pinned buffer into `out` / chain_ids_.
   void read_results(const cuda::ForwardPlan& plan, CudaLogits& out);
   /// A launched chain still on the device: waits for it (no sync when its event is
@@ -352,6 +375,10 @@ class CudaTransformer {
   int32_t launched_ids_ = 0;     ///< ids of a launched chain not yet settled (0: none)
   Event launched_done_;          ///< after a launched chain's work (its ids copied back)
   Event join_;                   ///< join_before_sync's event, for the next forward
+  Event early_done_;             ///< after a launched chain's first `early` steps
+  std::vector<ForwardModel::PlacedToken> placed_;  ///< place_tokens', for the next forward
+  std::vector<Event> placed_ready_;
+  std::vector<int32_t> placed_values_;             ///< the last forward's placed tokens
   bool launched_ready_ = false;  ///< a launched chain settled, its ids kept for collect
   std::vector<int32_t> launched_chain_ids_;
 };

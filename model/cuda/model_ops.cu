@@ -29,6 +29,11 @@ __global__ void gather_rows_kernel(const float* src, const int32_t* index, int64
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) d[c] = s[c];
 }
 
+__global__ void resolve_placed_ids_kernel(int32_t* ids, int32_t n, const int32_t* base) {
+  const int32_t i = static_cast<int32_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && ids[i] < 0) ids[i] = base[-1 - static_cast<int64_t>(ids[i])];
+}
+
 __device__ uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -74,6 +79,13 @@ cudaError_t gather_rows(const float* src, const int32_t* index, int64_t rows, in
                         cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   gather_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(src, index, cols, ld, dst);
+  return cudaGetLastError();
+}
+
+cudaError_t resolve_placed_ids(int32_t* ids, int32_t n, const int32_t* base, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+  resolve_placed_ids_kernel<<<blocks, kThreads, 0, stream>>>(ids, n, base);
   return cudaGetLastError();
 }
 

@@ -21,6 +21,11 @@ cudaError_t residual_add(float* x, const float* t, const float* bias, int64_t ro
 cudaError_t gather_rows(const float* src, const int32_t* index, int64_t rows, int64_t cols, int64_t ld, float* dst,
                         cudaStream_t stream);
 
+/// ids[i] = base[-1 - ids[i]] where ids[i] < 0, for i < n (others unchanged): input ids
+/// whose values another stream produced, resolved on the device (the verify forward's
+/// drafts: CudaTransformer::place_tokens). base: device memory of this device.
+cudaError_t resolve_placed_ids(int32_t* ids, int32_t n, const int32_t* base, cudaStream_t stream);
+
 /// p[i] = BF16 bits of a uniform value in [-scale, scale) drawn from a counter-based hash
 /// of (seed, i), rounded to nearest even: the same bits for any launch shape or device.
 /// For synthetic models (CudaTransformer::random). n may be 0.
