@@ -231,7 +231,10 @@ struct RetrievalQuery {
   int32_t verified = 0;         ///< tokens checked by a full verification (summarised below it)
   int32_t k = 0;                ///< blocks to retrieve per layer
   int32_t first = 0, last = 0;  ///< the blocks they come from: [first, last)
-  std::vector<QuerySums> layers;
+  std::vector<QuerySums> layers;  ///< reduced on the host (empty when on the device)
+  /// Reduced on the device instead: the forward's handle (QueryTap::on_device_sums) for
+  /// the target's DeviceRetrieval; -1: none.
+  int32_t device_sums = -1;
 };
 /// verifier -> retrieval.
 struct RetrievalWork { std::vector<RetrievalQuery> queries; };

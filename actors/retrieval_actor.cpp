@@ -26,7 +26,11 @@ RetrievalAnswer refresh(RetrievalState& st, const RetrievalQuery& q) {
   a.seq = q.seq;
   if (!kv.contains(q.seq)) fail(ErrorCode::invalid_argument, "retrieval: sequence {} is not in the KV store", q.seq);
   const int32_t layers = kv.config().num_layers;
-  if (static_cast<int32_t>(q.layers.size()) != layers)
+  // A device's retrieval takes the sums its forward left on the device; the host's, the
+  // sums of every layer.
+  if (index.on_device() && q.device_sums < 0)
+    fail(ErrorCode::invalid_argument, "retrieval: the summaries are on the device and the query sums are not");
+  if (!index.on_device() && static_cast<int32_t>(q.layers.size()) != layers)
     fail(ErrorCode::invalid_argument, "retrieval: query sums of {} layers for a model of {}", q.layers.size(), layers);
   const int32_t B = kv.config().block_size;
   const int32_t verified = std::min(q.verified, kv.length(q.seq));
@@ -36,9 +40,15 @@ RetrievalAnswer refresh(RetrievalState& st, const RetrievalQuery& q) {
   if (index.summarised_blocks(q.seq) < std::min(kv.host_blocks(q.seq), verified / B) && st.deps.target &&
       !st.deps.target->land_host_copies(kv))
     return a;
-  index.update(kv, q.seq, verified, st.summariser);
-  for (int32_t layer = 0; layer < layers; ++layer)
-    index.select(q.seq, layer, q.layers[static_cast<size_t>(layer)], q.k, q.first, q.last);
+  if (index.on_device()) {
+    // Summaries, scores and top-k on the device: only the chosen blocks come back.
+    index.update_on_device(kv, q.seq, verified);
+    index.select_on_device(q.seq, q.device_sums, q.k, q.first, q.last);
+  } else {
+    index.update(kv, q.seq, verified, st.summariser);
+    for (int32_t layer = 0; layer < layers; ++layer)
+      index.select(q.seq, layer, q.layers[static_cast<size_t>(layer)], q.k, q.first, q.last);
+  }
   index.mark_ready(q.seq);
   a.selected = true;
   a.blocks.resize(static_cast<size_t>(layers));
@@ -56,7 +66,9 @@ retrieval_actor::behavior_type retrieval(retrieval_actor::pointer /*self*/, Retr
   auto st = std::make_shared<RetrievalState>();
   st->deps = std::move(deps);
   const KvStoreConfig& k = st->deps.kv->config();
-  st->index = std::make_unique<RetrievalIndex>(SummaryShape{k.num_layers, k.num_kv_heads, k.head_dim, k.block_size});
+  std::shared_ptr<DeviceRetrieval> device = st->deps.target ? st->deps.target->device_retrieval() : nullptr;
+  st->index = std::make_unique<RetrievalIndex>(SummaryShape{k.num_layers, k.num_kv_heads, k.head_dim, k.block_size},
+                                               std::move(device));
   if (st->deps.target) st->summariser = st->deps.target->key_summariser();
   return {
       [st](RetrievalWork& w) {
@@ -69,6 +81,7 @@ retrieval_actor::behavior_type retrieval(retrieval_actor::pointer /*self*/, Retr
           try {
             done.answers.push_back(refresh(*st, q));
             (done.answers.back().selected ? s.sequences : s.unselected).fetch_add(1);
+            if (done.answers.back().selected && st->index->on_device()) s.on_device.fetch_add(1);
           } catch (const std::exception& e) {
             RetrievalAnswer a;
             a.seq = q.seq;
@@ -87,6 +100,7 @@ nlohmann::json retrieval_actor_metrics(const RetrievalActorStats& s) {
   return {{"requests", s.requests.load()},
           {"sequences", s.sequences.load()},
           {"unselected", s.unselected.load()},
+          {"on_device", s.on_device.load()},
           {"failures", s.failures.load()}};
 }
 

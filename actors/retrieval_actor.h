@@ -4,11 +4,14 @@
 /// its retrieved blocks per layer). On a refresh round the verifier's forward reduces
 /// each refreshing window's queries layer by layer (QuerySums, where the queries are);
 /// after the forward the verifier sends them in one RetrievalWork and awaits the answer:
-/// this actor summarises the sequences' newly verified blocks (a device model's pool on
-/// the device, through its key summariser: only summaries cross to the host; host-tier
-/// blocks from the tier), scores the blocks and answers the top ones per layer, which the
-/// verifier's next partial views read. No other round sends it anything: partial and
-/// plain rounds neither wait for it nor sync for it.
+/// this actor summarises the sequences' newly verified blocks, scores the blocks and
+/// answers the top ones per layer, which the verifier's next partial views read. With a
+/// device target (ForwardModel::device_retrieval) all of it stays on the device: the
+/// forward leaves each window's query sums there, the summaries are kept there per
+/// sequence (pool blocks summarised from the pool; host-tier blocks on the host from the
+/// tier, only their summaries uploaded), and only the chosen block indices come back, in
+/// one copy. On the CPU the index and its scoring are on the host. No other round sends
+/// it anything: partial and plain rounds neither wait for it nor sync for it.
 ///
 /// It reads the KV store and uses the target model (its summariser, its landing of
 /// host-tier moves) only while the verifier awaits it: the verifier lends both, as the
@@ -31,6 +34,7 @@ struct RetrievalActorStats {
   std::atomic<int64_t> requests{0};   ///< RetrievalWork answered (refresh rounds)
   std::atomic<int64_t> sequences{0};  ///< sequences re-selected
   std::atomic<int64_t> unselected{0}; ///< sequences left with their previous selection
+  std::atomic<int64_t> on_device{0};  ///< of `sequences`: selected on the device (DeviceRetrieval)
   std::atomic<int64_t> failures{0};   ///< sequences whose refresh failed (their item failed)
 };
 

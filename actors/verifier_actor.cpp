@@ -20,21 +20,28 @@ namespace specpipe::actors {
 namespace {
 
 /// Reduces one refreshing window's queries layer by layer during the forward (QuerySums:
-/// where the queries are); the retrieval actor scores the blocks with them after it.
+/// where the queries are - on a device backend, on the device, and only their handle
+/// comes here); the retrieval actor scores the blocks with them after it.
 class QuerySumsTap final : public QueryTap {
  public:
-  QuerySumsTap(SummaryShape shape, int32_t num_heads, RetrievalQuery query)
-      : shape_(shape), num_heads_(num_heads), query_(std::move(query)) {
+  QuerySumsTap(SummaryShape shape, int32_t num_heads, RetrievalQuery query, bool device_sums)
+      : shape_(shape), num_heads_(num_heads), device_sums_(device_sums), query_(std::move(query)) {
     query_.layers.resize(static_cast<size_t>(shape.num_layers));
   }
   void on_queries(int32_t layer, const float* q, int32_t n, int64_t ld) override {
     query_.layers.at(static_cast<size_t>(layer)) = QuerySums::of(shape_, q, n, ld, num_heads_);
+  }
+  bool wants_device_sums() const override { return device_sums_; }
+  void on_device_sums(int32_t handle) override {
+    query_.device_sums = handle;
+    query_.layers.clear();
   }
   RetrievalQuery take() { return std::move(query_); }
 
  private:
   SummaryShape shape_;
   int32_t num_heads_;
+  bool device_sums_;
   RetrievalQuery query_;
 };
 
@@ -57,6 +64,9 @@ struct VerifierState {
     auto it = retrieved.find(seq);
     return it == retrieved.end() ? std::span<const int32_t>{} : it->second.at(static_cast<size_t>(layer));
   }
+  /// The target keeps retrieval on the device (ForwardModel::device_retrieval): refresh
+  /// taps leave their sums there for it.
+  bool device_sums = false;
 };
 
 /// One layer's view as pool blocks. Blocks below the host boundary are read from the
@@ -130,7 +140,8 @@ void prepare_view(VerifierState& st, RoundItem& it, ForwardWindow& w, size_t i) 
     const ModelConfig& c = st.deps.target->config();
     st.taps[i] = std::make_unique<QuerySumsTap>(
         SummaryShape{c.num_layers, c.num_kv_heads, c.head_dim, B}, c.num_heads,
-        RetrievalQuery{it.seq, std::min(it.verified, length), it.budget.retrieval_blocks, first, last, {}});
+        RetrievalQuery{it.seq, std::min(it.verified, length), it.budget.retrieval_blocks, first, last, {}},
+        st.device_sums);
     w.query_tap = st.taps[i].get();
   }
 }
@@ -370,6 +381,7 @@ void wait_for_moves(const CopyFence& fence, Items& items) {
 verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDeps deps) {
   auto st = std::make_shared<VerifierState>();
   st->deps = std::move(deps);
+  st->device_sums = st->deps.target && st->deps.target->device_retrieval() != nullptr;
   return {
       // The offload actor's moves are copied by the time the forward reads the host tier
       // or writes a pool block they free (one wait per forward on the CPU; on a device

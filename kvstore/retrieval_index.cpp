@@ -13,6 +13,19 @@ RetrievalIndex::Entry& RetrievalIndex::entry(SeqId seq) {
   return it->second;
 }
 
+void RetrievalIndex::add_host_tier_blocks(const KvStore& kv, SeqId seq, int32_t from, int32_t to,
+                                          BlockSummaries& into) const {
+  if (from >= to) return;
+  const HostKvTier& tier = *kv.host_tier();
+  const std::span<const int32_t> host = kv.host_block_table(seq);
+  for (int32_t b = from; b < to; ++b) {
+    const int64_t first_slot = int64_t{host[static_cast<size_t>(b)]} * shape_.block_size;
+    for (int32_t layer = 0; layer < shape_.num_layers; ++layer)
+      into.add_layer_block(layer, tier.k(layer) + first_slot * tier.slot_stride(), tier.slot_stride());
+    into.finish_block();
+  }
+}
+
 void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified, const KeySummariser& summarise) {
   if (!summarise && !kv.tensors().holds_pool())
     fail(ErrorCode::unsupported, "retrieval: the KV pool is on a device and no summariser was given");
@@ -23,17 +36,7 @@ void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified, cons
   const std::span<const int32_t> table = kv.block_table(seq);
   // Host-tier blocks (a sequence's oldest) are summarised where they live, on the host:
   // their keys never cross to a device for it.
-  const int32_t on_host = std::min(kv.host_blocks(seq), full);
-  if (e.summaries.blocks() < on_host) {
-    const HostKvTier& tier = *kv.host_tier();
-    const std::span<const int32_t> host = kv.host_block_table(seq);
-    for (int32_t b = e.summaries.blocks(); b < on_host; ++b) {
-      const int64_t first_slot = int64_t{host[static_cast<size_t>(b)]} * B;
-      for (int32_t layer = 0; layer < shape_.num_layers; ++layer)
-        e.summaries.add_layer_block(layer, tier.k(layer) + first_slot * tier.slot_stride(), tier.slot_stride());
-      e.summaries.finish_block();
-    }
-  }
+  add_host_tier_blocks(kv, seq, e.summaries.blocks(), std::min(kv.host_blocks(seq), full), e.summaries);
   if (summarise) {
     const int32_t first = e.summaries.blocks();
     if (first >= full) return;
@@ -60,6 +63,44 @@ void RetrievalIndex::update(const KvStore& kv, SeqId seq, int32_t verified, cons
   }
 }
 
+void RetrievalIndex::update_on_device(const KvStore& kv, SeqId seq, int32_t verified) {
+  if (!device_) fail(ErrorCode::invalid_argument, "retrieval: no device retrieval for update_on_device");
+  Entry& e = entry(seq);
+  const int32_t full = std::min(verified, kv.length(seq)) / shape_.block_size;
+  e.device_blocks = std::min(e.device_blocks, full);
+  // Host-tier blocks: summarised on the host from the tier, the summaries uploaded.
+  const int32_t on_host = std::min(kv.host_blocks(seq), full);
+  if (e.device_blocks < on_host) {
+    const int32_t first = e.device_blocks, n = on_host - first;
+    BlockSummaries made(shape_);
+    add_host_tier_blocks(kv, seq, first, on_host, made);
+    const auto d = static_cast<size_t>(shape_.kv_dim());
+    kmax_.resize(static_cast<size_t>(shape_.num_layers) * static_cast<size_t>(n) * d);
+    kmin_.resize(kmax_.size());
+    for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
+      const size_t at = static_cast<size_t>(layer) * static_cast<size_t>(n) * d;
+      std::copy_n(made.kmax(layer, 0), static_cast<size_t>(n) * d, kmax_.data() + at);
+      std::copy_n(made.kmin(layer, 0), static_cast<size_t>(n) * d, kmin_.data() + at);
+    }
+    device_->upload(seq, first, n, kmax_.data(), kmin_.data());
+    e.device_blocks = on_host;
+  }
+  // Pool blocks: summarised on the device from the pool's keys.
+  if (e.device_blocks < full) {
+    const std::span<const int32_t> table = kv.block_table(seq);
+    device_->summarise(seq, e.device_blocks,
+                       table.subspan(static_cast<size_t>(e.device_blocks), static_cast<size_t>(full - e.device_blocks)));
+    e.device_blocks = full;
+  }
+}
+
+void RetrievalIndex::select_on_device(SeqId seq, int32_t sums, int32_t k, int32_t first, int32_t last) {
+  if (!device_) fail(ErrorCode::invalid_argument, "retrieval: no device retrieval for select_on_device");
+  Entry& e = entry(seq);
+  device_->select(seq, sums, std::max(0, std::min(last, e.device_blocks)), k, first, e.selected);
+  ++refreshes_;
+}
+
 void RetrievalIndex::select(SeqId seq, int32_t layer, const float* q, int32_t n, int64_t ld_q, int32_t num_heads,
                             int32_t k, int32_t first, int32_t last) {
   select(seq, layer, QuerySums::of(shape_, q, n, ld_q, num_heads), k, first, last);
@@ -75,8 +116,19 @@ void RetrievalIndex::select(SeqId seq, int32_t layer, const QuerySums& sums, int
   if (layer == 0) ++refreshes_;
 }
 
+void RetrievalIndex::forget(SeqId seq) {
+  if (seqs_.erase(seq) > 0 && device_) device_->forget(seq);
+}
+
 void RetrievalIndex::forget_all_but(const KvStore& kv) {
-  for (auto it = seqs_.begin(); it != seqs_.end();) it = kv.contains(it->first) ? std::next(it) : seqs_.erase(it);
+  for (auto it = seqs_.begin(); it != seqs_.end();) {
+    if (kv.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    if (device_) device_->forget(it->first);
+    it = seqs_.erase(it);
+  }
 }
 
 bool RetrievalIndex::ready(SeqId seq) const {
@@ -92,7 +144,8 @@ std::span<const int32_t> RetrievalIndex::retrieved(SeqId seq, int32_t layer) con
 
 int32_t RetrievalIndex::summarised_blocks(SeqId seq) const {
   auto it = seqs_.find(seq);
-  return it == seqs_.end() ? 0 : it->second.summaries.blocks();
+  if (it == seqs_.end()) return 0;
+  return device_ ? it->second.device_blocks : it->second.summaries.blocks();
 }
 
 }  // namespace specpipe

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -25,9 +26,35 @@ namespace specpipe {
 /// floats).
 using KeySummariser = std::function<void(std::span<const int32_t> pool_blocks, float* kmax, float* kmin)>;
 
+/// SpecPV retrieval where a device pool lives (ForwardModel::device_retrieval): every
+/// sequence's block summaries kept on the device, indexed by the sequence's block index,
+/// and a refresh's scoring and top-k done there, so only the chosen block indices cross
+/// to the host. The same choice as the host path (BlockSummaries::score, top_blocks) bit
+/// for bit. Driven by RetrievalIndex in device mode; calls are ordered on the device's
+/// stream (select waits for it).
+class DeviceRetrieval {
+ public:
+  virtual ~DeviceRetrieval() = default;
+  /// Blocks [first, first + pool_blocks.size()) of `seq`: the element-wise max and min of
+  /// the keys of pool block pool_blocks[i], every layer, computed on the device.
+  virtual void summarise(SeqId seq, int32_t first, std::span<const int32_t> pool_blocks) = 0;
+  /// Blocks [first, first + n) of `seq` from summaries made on the host (host-tier
+  /// blocks: their keys are on the host): kmax / kmin [layers][n][kv_dim] host floats.
+  virtual void upload(SeqId seq, int32_t first, int32_t n, const float* kmax, const float* kmin) = 0;
+  /// For every layer l: out[l] = top_blocks(scores of blocks [0, blocks), k, first), the
+  /// scores those of BlockSummaries::score for the query sums `sums` (a handle a tapped
+  /// forward gave, QueryTap::on_device_sums), from the summaries of blocks [0, blocks).
+  virtual void select(SeqId seq, int32_t sums, int32_t blocks, int32_t k, int32_t first,
+                      std::vector<std::vector<int32_t>>& out) = 0;
+  /// Frees `seq`'s summaries.
+  virtual void forget(SeqId seq) = 0;
+};
+
 class RetrievalIndex {
  public:
-  explicit RetrievalIndex(SummaryShape shape) : shape_(shape) {}
+  /// `device`: the device retrieval update_on_device / select_on_device use (null: host only).
+  explicit RetrievalIndex(SummaryShape shape, std::shared_ptr<DeviceRetrieval> device = {})
+      : shape_(shape), device_(std::move(device)) {}
 
   /// Summarises the full blocks of `seq` below position `verified` not summarised yet:
   /// host-tier blocks from the tier's keys on the host (FP32; the tier's memory must be
@@ -43,13 +70,23 @@ class RetrievalIndex {
               int32_t first, int32_t last);
   /// The same from the queries' sums (QuerySums::of): the same scores, bit for bit.
   void select(SeqId seq, int32_t layer, const QuerySums& sums, int32_t k, int32_t first, int32_t last);
+  /// Device mode (a DeviceRetrieval given): the same as update, the summaries kept on the
+  /// device: pool blocks summarised there (DeviceRetrieval::summarise), host-tier blocks
+  /// on the host from the tier and uploaded (the tier's memory must be current, as for
+  /// update). Blocks the sequence no longer reaches are summarised again when it does.
+  void update_on_device(const KvStore& kv, SeqId seq, int32_t verified);
+  /// Device mode: every layer's retrieved blocks re-selected on the device from the query
+  /// sums `sums` (QueryTap::on_device_sums), as select would from the same sums.
+  void select_on_device(SeqId seq, int32_t sums, int32_t k, int32_t first, int32_t last);
+  bool on_device() const { return device_ != nullptr; }
   /// Marks `seq`'s selection complete (every layer selected this round).
   void mark_ready(SeqId seq) { entry(seq).ready = true; }
   bool ready(SeqId seq) const;
   /// The retrieved blocks of `layer` (ascending); empty before the first selection.
   std::span<const int32_t> retrieved(SeqId seq, int32_t layer) const;
+  /// Blocks summarised (in device mode: on the device).
   int32_t summarised_blocks(SeqId seq) const;
-  void forget(SeqId seq) { seqs_.erase(seq); }
+  void forget(SeqId seq);
   /// Forgets every sequence the store no longer holds (released since).
   void forget_all_but(const KvStore& kv);
   /// Refreshes done (every layer of a sequence counts once).
@@ -59,12 +96,16 @@ class RetrievalIndex {
   struct Entry {
     explicit Entry(SummaryShape s) : summaries(s), selected(static_cast<size_t>(s.num_layers)) {}
     BlockSummaries summaries;
+    int32_t device_blocks = 0;                   // device mode: blocks summarised there
     std::vector<std::vector<int32_t>> selected;  // per layer
     bool ready = false;
   };
   Entry& entry(SeqId seq);
+  /// Appends the summaries of `seq`'s host-tier blocks [from, to) to `into`, from the tier.
+  void add_host_tier_blocks(const KvStore& kv, SeqId seq, int32_t from, int32_t to, BlockSummaries& into) const;
 
   SummaryShape shape_;
+  std::shared_ptr<DeviceRetrieval> device_;
   std::map<SeqId, Entry> seqs_;
   std::vector<float> scores_;
   std::vector<float> kmax_, kmin_;  // a device summariser's answer

@@ -43,6 +43,13 @@ class QueryTap {
  public:
   virtual ~QueryTap() = default;
   virtual void on_queries(int32_t layer, const float* q, int32_t n, int64_t ld) = 0;
+  /// A tap that returns true here lets a backend with a DeviceRetrieval reduce the
+  /// queries where they are instead (QuerySums of every layer, kept on the device): after
+  /// the forward it calls on_device_sums once with their handle for
+  /// DeviceRetrieval::select, valid until the backend's next forward with a tap, and
+  /// on_queries not at all. Other backends call on_queries as ever.
+  virtual bool wants_device_sums() const { return false; }
+  virtual void on_device_sums(int32_t /*handle*/) {}
 };
 
 struct ForwardWindow {
@@ -160,6 +167,10 @@ class ForwardModel {
   /// summaries cross to the host; kvstore/retrieval_index.h). CPU: none (the retrieval
   /// index reads the store's host tensors).
   virtual KeySummariser key_summariser() { return {}; }
+  /// Device models: SpecPV retrieval kept on the device (block summaries per sequence,
+  /// scores and top-k there; kvstore/retrieval_index.h), used with query taps that want
+  /// device sums. Null: retrieval on the host (the CPU).
+  virtual std::shared_ptr<DeviceRetrieval> device_retrieval() { return nullptr; }
   /// Device models: the pool as memory for a staging kv_write strategy (valid as long as
   /// the model). CPU: null (the store's host tensors are the pool).
   virtual DeviceKvPool* device_kv_pool() { return nullptr; }

@@ -101,6 +101,10 @@ KeySummariser CudaForwardModel::key_summariser() {
   };
 }
 
+std::shared_ptr<DeviceRetrieval> CudaForwardModel::device_retrieval() {
+  return model_->device_retrieval();  // as block_copier's: the pipeline that owns this model drops it first
+}
+
 HostTierCopier CudaForwardModel::host_tier_copier() {
   CudaTransformer* model = model_.get();  // as block_copier's
   return {[model](int32_t pool_block, int32_t host_block) { model->queue_host_copy(true, pool_block, host_block); },

@@ -59,6 +59,8 @@ class CudaForwardModel final : public ForwardModel {
   DeviceKvPool* device_kv_pool() override { return &pool_; }
   /// On the device (CudaTransformer::summarise_key_blocks).
   KeySummariser key_summariser() override;
+  /// CudaTransformer::device_retrieval: the summaries kept on the device per sequence.
+  std::shared_ptr<DeviceRetrieval> device_retrieval() override;
   /// CudaTransformer::prefill_layerwise, then release_layer_prefill: a serving engine
   /// holds the prompt-sized buffers only while one prefill runs. Its copies on the copy
   /// stream, or in line with enable_layer_ring's overlap off (offload.overlap: false).

@@ -215,12 +215,7 @@ void CudaTransformer::read_pool(int32_t layer, std::vector<float>& k, std::vecto
 
 void CudaTransformer::summarise_key_blocks(std::span<const int32_t> blocks, float* kmax, float* kmin) {
   cuda::TransformerState& d = *impl_;
-  if (d.kv_dtype != DType::f32)
-    fail(ErrorCode::unsupported, "CUDA block summaries: the K/V store is {}, the summaries read FP32 keys",
-         dtype_name(d.kv_dtype));
-  for (int32_t b : blocks)
-    if (b < 0 || b >= d.num_blocks)
-      fail(ErrorCode::invalid_argument, "CUDA block summaries: block {} outside the pool of {}", b, d.num_blocks);
+  check_summary_blocks(blocks);
   if (blocks.empty()) return;
   const int64_t kvd = config_.kv_dim(), n = static_cast<int64_t>(blocks.size());
   const size_t ids_bytes = cuda::align_up(static_cast<size_t>(n) * 4, 256);
@@ -621,8 +616,11 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   size_t tap = 0;
   for (const ForwardWindow& w : windows) {
     if (!w.query_tap) continue;
-    const cuda::QueryCopy& qc = taps[tap++];
-    for (int32_t l = 0; l < c.num_layers; ++l) w.query_tap->on_queries(l, qc.host + int64_t{l} * qc.n * qd, qc.n, qd);
+    const cuda::QueryCopy& qc = taps[tap];
+    if (qc.pos) w.query_tap->on_device_sums(static_cast<int32_t>(tap));  // device_retrieval_select reads them
+    else
+      for (int32_t l = 0; l < c.num_layers; ++l) w.query_tap->on_queries(l, qc.host + int64_t{l} * qc.n * qd, qc.n, qd);
+    ++tap;
   }
 }
 
@@ -650,18 +648,30 @@ std::vector<cuda::QueryCopy> CudaTransformer::query_copies(std::span<const Forwa
                                                            const cuda::ForwardPlan& plan) {
   cuda::TransformerState& d = *impl_;
   std::vector<cuda::QueryCopy> taps;
+  std::vector<bool> summed;  // a tap for the device's retrieval: its queries' sums stay on the device
   int64_t rows = 0;
   for (size_t w = 0; w < windows.size(); ++w)
     if (windows[w].query_tap) {
       if (plan.chain) fail(ErrorCode::invalid_argument, "CUDA forward: a query tap on a greedy chain");
       const cuda::AttentionWindowDesc& a = plan.attention.windows[w];
       taps.push_back({a.first_token, a.n, nullptr});
-      rows += a.n;
+      summed.push_back(windows[w].query_tap->wants_device_sums());
+      if (!summed.back()) rows += a.n;
     }
+  // Both buffers are free: the last forward and the last retrieval on the device synced.
   const size_t bytes = static_cast<size_t>(rows * config_.num_layers * config_.q_dim()) * sizeof(float);
-  if (bytes > d.query_host.bytes()) d.query_host.allocate(bytes);  // the last forward has synced
+  if (bytes > d.query_host.bytes()) d.query_host.allocate(bytes);
+  const int64_t sums_per_tap = 2 * int64_t{config_.num_layers} * config_.kv_dim();
+  const size_t sums_bytes = static_cast<size_t>(sums_per_tap) * taps.size() * sizeof(double);
+  if (sums_bytes > d.query_sums.bytes()) d.query_sums.allocate(sums_bytes, &device_bytes_);
   float* at = d.query_host.as<float>();
-  for (cuda::QueryCopy& t : taps) {
+  for (size_t i = 0; i < taps.size(); ++i) {
+    cuda::QueryCopy& t = taps[i];
+    if (summed[i]) {
+      t.pos = d.query_sums.as<double>() + static_cast<int64_t>(i) * sums_per_tap;
+      t.neg = t.pos + sums_per_tap / 2;
+      continue;
+    }
     t.host = at;
     at += int64_t{t.n} * config_.num_layers * config_.q_dim();
   }

@@ -293,6 +293,22 @@ class CudaTransformer {
   /// the stream. Block ids outside the pool: Error(invalid_argument).
   void summarise_key_blocks(std::span<const int32_t> blocks, float* kmax, float* kmin);
 
+  /// SpecPV retrieval on the device (device_retrieval.cpp; DeviceRetrieval in
+  /// kvstore/retrieval_index.h, which device_retrieval() wraps): each sequence's block
+  /// summaries kept on the device by block index (grown by doubling), FP32 K/V only.
+  /// retrieval_summarise: blocks [first, first + n) of `seq` from the pool's keys of
+  /// pool_blocks (after the queued pool-to-pool copies, as summarise_key_blocks; no sync).
+  /// retrieval_upload: the same from host summaries ([layers][n][kv_dim] floats each).
+  /// retrieval_select: every layer's top `k` blocks of [first, blocks) by the Quest score
+  /// for the query sums of tap `sums` of the last tapped forward (QueryTap::on_device_sums)
+  /// into out[layer], ascending; one copy back, one sync. Thread-safe (the stream's lock).
+  std::shared_ptr<DeviceRetrieval> device_retrieval();
+  void retrieval_summarise(SeqId seq, int32_t first, std::span<const int32_t> pool_blocks);
+  void retrieval_upload(SeqId seq, int32_t first, int32_t n, const float* kmax, const float* kmin);
+  void retrieval_select(SeqId seq, int32_t sums, int32_t blocks, int32_t k, int32_t first,
+                        std::vector<std::vector<int32_t>>& out);
+  void retrieval_forget(SeqId seq);
+
   /// Copies the device pool of `layer` to the host ([slots, kv_heads * head_dim] floats
   /// each for K and V), for checks.
   void read_pool(int32_t layer, std::vector<float>& k, std::vector<float>& v);
@@ -312,6 +328,12 @@ class CudaTransformer {
            bool defer = false, int32_t early = 0);
   /// Packs the plan's metadata into the pinned buffer and enqueues its upload.
   void upload_plan(const cuda::ForwardPlan& plan);
+  /// SpecPV retrieval: `seq`'s summaries with room for `blocks` blocks (grown, the old
+  /// ones kept); returns Kmax of layer 0 (Kmin follows all layers' Kmax).
+  float* retrieval_room(SeqId seq, int32_t blocks);
+  /// Block summaries read FP32 keys of pool blocks: Error(unsupported) for another K/V
+  /// store, Error(invalid_argument) for a block outside the pool.
+  void check_summary_blocks(std::span<const int32_t> blocks) const;
   /// SpecPV: the same for a view forward's per-layer windows and tables (growing the
   /// buffer, and dropping the graphs, when its stride is short).
   void upload_views(const cuda::ForwardPlan& plan);

@@ -6,6 +6,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "model/cuda/key_summaries.h"
 #include "model/cuda/model_ops.h"
 
 namespace specpipe::cuda {
@@ -90,6 +91,12 @@ void enqueue_decoder_layer(const TransformerState& d, const ModelConfig& c, cons
   const auto* bt = lm ? reinterpret_cast<const int32_t*>(lm + s.layer_tables) : m.bt;
   for (int32_t t = 0; t < s.num_query_copies; ++t) {
     const QueryCopy& qc = s.query_copies[t];
+    if (qc.pos) {
+      cuda_try(quest_query_sums(q + int64_t{qc.first_row} * qkvd, 0, qc.n, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
+                                1, qc.pos + int64_t{l} * kvd, qc.neg + int64_t{l} * kvd, st),
+               "query sums");
+      continue;
+    }
     cuda_try(cudaMemcpy2DAsync(qc.host + int64_t{l} * qc.n * qd, qd * sizeof(float), q + qc.first_row * qkvd,
                                qkvd * sizeof(float), qd * sizeof(float), qc.n, cudaMemcpyDeviceToHost, st),
              "query rows to the host");

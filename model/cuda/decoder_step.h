@@ -17,10 +17,13 @@
 namespace specpipe::cuda {
 
 /// Rows [first_row, first_row + n) of q go to host + layer * n * q_dim ([n, q_dim] per
-/// layer, pinned memory) after each layer's RoPE.
+/// layer, pinned memory) after each layer's RoPE; or, with `pos` set, are reduced on the
+/// device instead (quest_query_sums, key_summaries.h) into pos / neg + layer * kv_dim.
 struct QueryCopy {
   int32_t first_row, n;
   float* host;
+  double* pos = nullptr;
+  double* neg = nullptr;
 };
 
 /// One step's metadata on the device (pointers into the uploaded metadata buffer,
@@ -64,7 +67,7 @@ struct StepSettings {
   const unsigned char* layer_meta = nullptr;
   size_t layer_stride = 0, layer_tables = 0;
   /// SpecPV retrieval (single-step forwards): windows whose query rows (RoPE applied) go
-  /// to the host in every layer, num_query_copies of them.
+  /// to the host in every layer, or are summed on the device, num_query_copies of them.
   const QueryCopy* query_copies = nullptr;
   int32_t num_query_copies = 0;
 };

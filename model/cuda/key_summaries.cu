@@ -1,5 +1,7 @@
 #include "model/cuda/key_summaries.h"
 
+#include <cub/block/block_scan.cuh>
+
 namespace specpipe::cuda {
 namespace {
 
@@ -75,7 +77,77 @@ __global__ void quest_block_scores_kernel(const float* kmax, const float* kmin, 
   if (first + lane < blocks) scores[layer * blocks + first + lane] = static_cast<float>(s);
 }
 
+// Top-k by score, one thread block per layer: a radix select finds the k-th largest
+// score's key T in four passes of 8 bits (a histogram of the keys that match the bits
+// found so far), then one pass in block order keeps every key above T and the first
+// `take` keys equal to it - top_blocks' order: higher score first, the earlier block on a
+// tie - and writes them ascending.
+constexpr int32_t kTopThreads = 512;
+
+// Float order as unsigned order; -0 is +0 first (they tie on the CPU).
+__device__ uint32_t score_key(float f) {
+  const uint32_t u = __float_as_uint(f == 0.0f ? 0.0f : f);
+  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+}
+
+__global__ void quest_top_blocks_kernel(const float* scores, int64_t ld, int32_t first, int32_t blocks, int32_t k,
+                                        int32_t* top) {
+  using Scan = cub::BlockScan<int32_t, kTopThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t found, left;
+  const float* s = scores + blockIdx.x * ld;
+  int32_t* out = top + static_cast<int64_t>(blockIdx.x) * k;
+  const auto tid = static_cast<int32_t>(threadIdx.x);
+  uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(k);
+  for (int32_t shift = 24; shift >= 0; shift -= 8) {
+    for (int32_t i = tid; i < 256; i += kTopThreads) hist[i] = 0;
+    __syncthreads();
+    for (int32_t b = first + tid; b < blocks; b += kTopThreads) {
+      const uint32_t key = score_key(s[b]);
+      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      uint32_t above = 0;
+      int32_t digit = 255;
+      for (; digit > 0 && above + hist[digit] < remaining; --digit) above += hist[digit];
+      found = prefix | (static_cast<uint32_t>(digit) << shift);
+      left = remaining - above;
+    }
+    __syncthreads();
+    prefix = found;
+    remaining = left;
+    mask |= 255u << shift;
+  }
+  // prefix is T; `remaining` keys equal to T are taken, the earliest first.
+  int32_t equal_before = 0, written = 0;
+  for (int32_t base = first; base < blocks; base += kTopThreads) {
+    const int32_t b = base + tid;
+    const uint32_t key = b < blocks ? score_key(s[b]) : 0u;
+    const int32_t equal = b < blocks && key == prefix ? 1 : 0;
+    int32_t equal_rank = 0, equal_total = 0, kept_rank = 0, kept_total = 0;
+    Scan(scan).ExclusiveSum(equal, equal_rank, equal_total);
+    __syncthreads();
+    const int32_t keep =
+        b < blocks && (key > prefix || (equal != 0 && equal_before + equal_rank < static_cast<int32_t>(remaining))) ? 1 : 0;
+    Scan(scan).ExclusiveSum(keep, kept_rank, kept_total);
+    __syncthreads();
+    if (keep != 0) out[written + kept_rank] = b;
+    equal_before += equal_total;
+    written += kept_total;
+  }
+}
+
 }  // namespace
+
+cudaError_t quest_top_blocks(const float* scores, int64_t ld, int32_t first, int32_t blocks, int32_t k, int32_t layers,
+                             int32_t* top, cudaStream_t stream) {
+  if (layers == 0 || k == 0) return cudaSuccess;
+  if (layers < 0 || first < 0 || k < 0 || k > blocks - first) return cudaErrorInvalidValue;
+  quest_top_blocks_kernel<<<static_cast<unsigned>(layers), kTopThreads, 0, stream>>>(scores, ld, first, blocks, k, top);
+  return cudaGetLastError();
+}
 
 cudaError_t quest_query_sums(const float* q, int64_t q_layer_stride, int32_t n, int64_t ld_q, int32_t num_heads,
                              int32_t kv_heads, int32_t head_dim, int32_t layers, double* pos, double* neg,

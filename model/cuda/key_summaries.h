@@ -34,4 +34,11 @@ cudaError_t quest_block_scores(const float* kmax, const float* kmin, int64_t sum
                                int32_t kv_dim, int32_t layers, const double* pos, const double* neg, float* scores,
                                cudaStream_t stream);
 
+/// quest_top_blocks: for every layer l, top[l * k + j], j < k = the k blocks of
+/// [first, blocks) with the highest scores[l * ld + b], ascending - top_blocks' choice
+/// (kvstore/block_summaries.h: a tie goes to the earlier block; -0 ties +0). One thread
+/// block per layer (a radix select over the scores' bits). 0 <= k <= blocks - first.
+cudaError_t quest_top_blocks(const float* scores, int64_t ld, int32_t first, int32_t blocks, int32_t k, int32_t layers,
+                             int32_t* top, cudaStream_t stream);
+
 }  // namespace specpipe::cuda

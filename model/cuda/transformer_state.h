@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +104,18 @@ struct TransformerState {
   size_t view_stride = 0;
   // Block summaries (key_summaries.h): the block ids, then each layer's Kmax and Kmin.
   DeviceBuffer summaries;
+  // SpecPV retrieval on the device (device_retrieval.cpp): the query sums of the last
+  // tapped forward's windows ([windows][2][layers][kv_dim] doubles: pos, then neg), and
+  // each sequence's block summaries, [layers][capacity][kv_dim] floats of Kmax then the
+  // same of Kmin, by block index; scratch for scores and the chosen blocks.
+  DeviceBuffer query_sums;
+  struct SeqSummaries {
+    std::unique_ptr<DeviceBuffer> mem;
+    int32_t capacity = 0;
+  };
+  std::map<int64_t, SeqSummaries> seq_summaries;
+  DeviceBuffer retrieval_scratch;
+  PinnedBuffer retrieval_top;
 
   // The fused step (options.fused_step; model/cuda/fused_step.h), set up with the pool:
   // its layer table on the device, its scratch, its grid (0: not served, fused_why says why).

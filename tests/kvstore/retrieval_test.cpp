@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "kvstore/block_summaries.h"
+#include "kvstore/host_tier.h"
 #include "kvstore/kv_store.h"
 #include "kvstore/partial_view.h"
 #include "kvstore/retrieval_index.h"
@@ -150,20 +153,26 @@ TEST(RetrievalIndex, SummarisesVerifiedFullBlocksFromThePool) {
   EXPECT_EQ(index.summarised_blocks(seq), 0);
 }
 
+// A sequence of 14 committed tokens over random keys (layer l's shifted by l), after
+// another sequence's block so that its pool ids differ from its block indices.
+SeqId random_fourteen(KvStore& kv, uint32_t seed) {
+  const SeqId other = kv.add_sequence({});
+  kv.reserve(other, 4);
+  const SeqId seq = kv.add_sequence({});
+  kv.reserve(seq, 14);
+  const auto keys = random_floats(static_cast<size_t>(kv.config().num_blocks * 4 * 4), seed);
+  for (int32_t l = 0; l < 2; ++l)
+    for (size_t i = 0; i < keys.size(); ++i) kv.tensors().k(l)[i] = keys[i] + static_cast<float>(l);
+  kv.commit(seq, std::vector<int32_t>(14));
+  return seq;
+}
+
 // A device pool's path (ForwardModel::key_summariser): the summariser is asked only for
 // the newly full, verified blocks, by pool block id, all layers at once, and its answer
 // gives the same summaries as the keys read from the pool.
 TEST(RetrievalIndex, SummariserAnswersEqualThePoolsKeys) {
-  const KvStoreConfig c = two_layer_store();
-  KvStore kv(c);
-  const SeqId other = kv.add_sequence({});  // its block first: pool ids differ from indices
-  kv.reserve(other, 4);
-  const SeqId seq = kv.add_sequence({});
-  kv.reserve(seq, 14);
-  const auto keys = random_floats(static_cast<size_t>(c.num_blocks * 4 * 4), 3);
-  for (int32_t l = 0; l < 2; ++l)
-    for (size_t i = 0; i < keys.size(); ++i) kv.tensors().k(l)[i] = keys[i] + static_cast<float>(l);
-  kv.commit(seq, std::vector<int32_t>(14));
+  KvStore kv(two_layer_store());
+  const SeqId seq = random_fourteen(kv, 3);
   std::vector<std::vector<int32_t>> asked;
   const KeySummariser summarise = [&](std::span<const int32_t> blocks, float* kmax, float* kmin) {
     asked.emplace_back(blocks.begin(), blocks.end());
@@ -198,6 +207,128 @@ TEST(RetrievalIndex, SummariserAnswersEqualThePoolsKeys) {
   }
   device.update(kv, seq, 14, summarise);  // nothing new: not asked again
   EXPECT_EQ(asked.size(), 2u);
+}
+
+// Device mode (DeviceRetrieval, a CUDA pool's; here a host stand-in keeping the
+// summaries it is given by block index and picking as top_blocks does): the index asks
+// it for the newly verified blocks only - host-tier blocks summarised from the tier and
+// uploaded, pool blocks by pool id -, again after a truncation, forgets released
+// sequences, and chooses what the host index chooses from the same sums.
+class HostStandIn final : public DeviceRetrieval {
+ public:
+  HostStandIn(SummaryShape shape, const KvStore& kv) : shape_(shape), kv_(kv) {}
+  struct Call {
+    bool pool;
+    int32_t first;
+    std::vector<int32_t> blocks;  // pool ids (pool), or n (uploads)
+    bool operator==(const Call&) const = default;
+  };
+  std::vector<Call> calls;
+  std::vector<SeqId> forgotten;
+  std::vector<std::vector<QuerySums>> sums;  // by handle, per layer
+
+  void summarise(SeqId seq, int32_t first, std::span<const int32_t> pool_blocks) override {
+    calls.push_back({true, first, {pool_blocks.begin(), pool_blocks.end()}});
+    const int32_t B = shape_.block_size, d = shape_.kv_dim();
+    for (size_t i = 0; i < pool_blocks.size(); ++i) {
+      BlockSummaries one(shape_);
+      for (int32_t l = 0; l < shape_.num_layers; ++l)
+        one.add_layer_block(l, kv_.tensors().k(l) + int64_t{pool_blocks[i]} * B * d, d);
+      one.finish_block();
+      for (int32_t l = 0; l < shape_.num_layers; ++l) put(seq, l, first + static_cast<int32_t>(i), one.kmax(l, 0), one.kmin(l, 0));
+    }
+  }
+  void upload(SeqId seq, int32_t first, int32_t n, const float* kmax, const float* kmin) override {
+    calls.push_back({false, first, {n}});
+    const int32_t d = shape_.kv_dim();
+    for (int32_t l = 0; l < shape_.num_layers; ++l)
+      for (int32_t b = 0; b < n; ++b) put(seq, l, first + b, kmax + (l * n + b) * d, kmin + (l * n + b) * d);
+  }
+  void select(SeqId seq, int32_t handle, int32_t blocks, int32_t k, int32_t first,
+              std::vector<std::vector<int32_t>>& out) override {
+    BlockSummaries s(shape_);
+    for (int32_t b = 0; b < blocks; ++b) {
+      for (int32_t l = 0; l < shape_.num_layers; ++l)
+        s.add_layer_summary(l, at(seq, l, b, max_), at(seq, l, b, min_));
+      s.finish_block();
+    }
+    out.assign(static_cast<size_t>(shape_.num_layers), {});
+    std::vector<float> scores(static_cast<size_t>(blocks));
+    for (int32_t l = 0; l < shape_.num_layers; ++l) {
+      s.score(l, sums.at(static_cast<size_t>(handle)).at(static_cast<size_t>(l)), scores);
+      out[static_cast<size_t>(l)] = top_blocks(scores, k, first);
+    }
+  }
+  void forget(SeqId seq) override { forgotten.push_back(seq); }
+
+ private:
+  static constexpr int32_t kCap = 16;
+  float* at(SeqId seq, int32_t l, int32_t b, std::map<SeqId, std::vector<float>>& m) {
+    std::vector<float>& v = m[seq];
+    v.resize(static_cast<size_t>(shape_.num_layers * kCap * shape_.kv_dim()));
+    return v.data() + (l * kCap + b) * shape_.kv_dim();
+  }
+  void put(SeqId seq, int32_t l, int32_t b, const float* kmax, const float* kmin) {
+    std::copy_n(kmax, shape_.kv_dim(), at(seq, l, b, max_));
+    std::copy_n(kmin, shape_.kv_dim(), at(seq, l, b, min_));
+  }
+  SummaryShape shape_;
+  const KvStore& kv_;
+  std::map<SeqId, std::vector<float>> max_, min_;
+};
+
+TEST(RetrievalIndex, DeviceModeAsksForNewBlocksOnlyAndChoosesAsTheHost) {
+  KvStore kv(two_layer_store());
+  const HostTierLayout layout{2, 1, 4, 4};
+  kv.attach_host_tier(std::make_unique<HostKvTier>(layout, 8 * HostKvTier::block_bytes(layout)));
+  const SeqId seq = random_fourteen(kv, 4);
+  kv.offload_prefix(seq, 2);  // blocks 0-1 on the host tier, 2-3 in the pool
+  const SummaryShape shape{2, 1, 4, 4};
+  auto dev = std::make_shared<HostStandIn>(shape, kv);
+  RetrievalIndex device(shape, dev), host(shape);
+  ASSERT_TRUE(device.on_device());
+  const std::vector<float> q{1, -1, 0.5f, 2, -0.25f, 3, -2, 1};  // two rows
+  dev->sums.push_back({QuerySums::of(shape, q.data(), 2, 4, 1), QuerySums::of(shape, q.data() + 4, 1, 4, 1)});
+  auto expect_same = [&](int32_t k, int32_t first, int32_t last) {
+    device.select_on_device(seq, 0, k, first, last);
+    for (int32_t l = 0; l < 2; ++l) {
+      host.select(seq, l, dev->sums[0][static_cast<size_t>(l)], k, first, last);
+      EXPECT_EQ(std::vector<int32_t>(device.retrieved(seq, l).begin(), device.retrieved(seq, l).end()),
+                std::vector<int32_t>(host.retrieved(seq, l).begin(), host.retrieved(seq, l).end()))
+          << "layer " << l << " k " << k;
+    }
+  };
+  device.update_on_device(kv, seq, 5);  // one verified full block, on the host tier
+  device.update_on_device(kv, seq, 14);
+  host.update(kv, seq, 14);
+  const auto table = kv.block_table(seq);
+  using Call = HostStandIn::Call;
+  EXPECT_EQ(dev->calls, (std::vector<Call>{{false, 0, {1}}, {false, 1, {1}}, {true, 2, {table[2]}}}));
+  EXPECT_EQ(device.summarised_blocks(seq), 3);
+  expect_same(2, 0, 3);
+  expect_same(1, 1, 3);
+  expect_same(5, 0, 3);  // more than there are: all
+  device.update_on_device(kv, seq, 14);  // nothing new: not asked
+  EXPECT_EQ(dev->calls.size(), 3u);
+  // A rollback past block 2, written again: block 2 is summarised again from the pool.
+  kv.truncate(seq, 9);
+  device.update_on_device(kv, seq, 9);
+  EXPECT_EQ(device.summarised_blocks(seq), 2);
+  kv.reserve(seq, 14);
+  for (int32_t p = 9; p < 14; ++p)
+    for (int32_t l = 0; l < 2; ++l)
+      for (int32_t i = 0; i < 4; ++i) kv.tensors().k(l)[kv.slot(seq, p) * 4 + i] = static_cast<float>(p - i * l);
+  kv.commit(seq, std::vector<int32_t>(5));
+  device.update_on_device(kv, seq, 14);
+  host.update(kv, seq, 9);
+  host.update(kv, seq, 14);
+  ASSERT_EQ(dev->calls.size(), 4u);
+  EXPECT_EQ(dev->calls.back(), (Call{true, 2, {kv.block_table(seq)[2]}}));
+  expect_same(2, 0, 3);
+  kv.release(seq);
+  device.forget_all_but(kv);
+  EXPECT_EQ(dev->forgotten, std::vector<SeqId>{seq});
+  EXPECT_EQ(device.summarised_blocks(seq), 0);
 }
 
 }  // namespace

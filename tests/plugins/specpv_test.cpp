@@ -5,6 +5,7 @@
 // reason; a plugin answering garbage is disabled (counted) and every token stays right.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -69,6 +70,11 @@ TEST(SpecpvExact, GoldenCasesEqualPlainWithPartialRoundsAndRollbacks) {
   EXPECT_EQ(m["retrieval"]["sequences"].get<int64_t>(), v.refreshes) << m.dump();
   EXPECT_EQ(m["retrieval"]["failures"].get<int64_t>(), 0);
   EXPECT_GT(m["retrieval"]["requests"].get<int64_t>(), 0);
+  // On a GPU (SPECPIPE_TEST_DEVICE=cuda:N) every one of them on the device (query sums,
+  // summaries, scores and top-k there); on the CPU none.
+  const char* device = std::getenv("SPECPIPE_TEST_DEVICE");
+  const bool cuda = device && std::string(device).rfind("cuda", 0) == 0;
+  EXPECT_EQ(m["retrieval"]["on_device"].get<int64_t>(), cuda ? v.refreshes : 0) << m.dump();
 }
 
 // Batched: sequences with views of their own (and rollbacks) in one verify forward.

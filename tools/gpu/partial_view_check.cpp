@@ -45,6 +45,14 @@ struct KeepTap final : QueryTap {
   }
 };
 
+/// Takes the handle of the query sums a device forward leaves on the device.
+struct DeviceSumsTap final : QueryTap {
+  int32_t handle = -1, host_calls = 0;
+  void on_queries(int32_t, const float*, int32_t, int64_t) override { ++host_calls; }
+  bool wants_device_sums() const override { return true; }
+  void on_device_sums(int32_t h) override { handle = h; }
+};
+
 /// A view of `layers` layers over the sequence's `table` for a prefix of `length` tokens:
 /// logical blocks `blocks(l)` (ascending, the last one the prefix's last block).
 PrefixView make_view(std::span<const int32_t> table, int32_t length, int32_t B, int32_t layers,
@@ -254,6 +262,29 @@ json partial_view_check(const std::string& target_dir, const std::vector<int32_t
                     {"retrieved_blocks_same_as_cpu", same_choice},
                     {"retrieved_blocks", k * L}};
   if (!sum_same || ig.summarised_blocks(sg) != full_blocks) ok = false;
+  // Retrieval on the device (DeviceRetrieval, what the engine's retrieval actor uses with
+  // a CUDA target): the same strict-view forward again, its query sums left on the
+  // device, the summaries kept there, scored and ranked there - the same blocks as the
+  // host way above (ig: this GPU's query rows summed and scored on the host), every layer.
+  DeviceSumsTap sums_tap;
+  const bool rerun_same = gpu_rows(&strict_g, &sums_tap) == part_g;
+  RetrievalIndex id({L, c.num_kv_heads, c.head_dim, B}, gpu.device_retrieval());
+  id.update_on_device(kvg, sg, context);
+  id.select_on_device(sg, sums_tap.handle, k, first, lastb);
+  int32_t device_same_layers = 0;
+  for (int32_t l = 0; l < L; ++l) {
+    const auto a = id.retrieved(sg, l), b = ig.retrieved(sg, l);
+    device_same_layers += std::equal(a.begin(), a.end(), b.begin(), b.end()) && !a.empty() ? 1 : 0;
+  }
+  r["device_retrieval"] = {{"layers_same_as_host_way", device_same_layers},
+                           {"layers", L},
+                           {"summarised_blocks", id.summarised_blocks(sg)},
+                           {"sums_handle", sums_tap.handle},
+                           {"host_query_calls", sums_tap.host_calls},
+                           {"logits_same_as_host_tapped", rerun_same}};
+  if (device_same_layers != L || !rerun_same || sums_tap.handle < 0 || sums_tap.host_calls != 0 ||
+      id.summarised_blocks(sg) != full_blocks)
+    ok = false;
 
   // Bad views: one error each, then the model serves as before.
   json errors;
@@ -301,13 +332,8 @@ json view_bench(const std::string& shape, int32_t context, const std::vector<int
   KvStore kv(m->kv_config());
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int32_t> tok(0, c.vocab_size - 1);
-  std::vector<int32_t> prompt(static_cast<size_t>(context));
-  for (auto& t : prompt) t = tok(rng);
-  // Booked, not prefilled: a window's cost does not depend on the K/V values.
-  const SeqId s = kv.add_sequence(prompt);
-  kv.reserve(s, context);
-  kv.commit(s, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(kv.length(s))));
-  kv.reserve(s, context + 5);
+  std::vector<int32_t> prompt;
+  const SeqId s = book_random_context(kv, c.vocab_size, context, 5, rng, prompt);
   std::vector<int32_t> toks(5);
   for (auto& t : toks) t = tok(rng);
   m->set_graphs(true);

@@ -23,6 +23,8 @@ namespace specpipe::gpu_tool {
 ///   - the query tap sees every layer's 5 rows, near the CPU's;
 ///   - summarise_key_blocks equals the max / min of the pool's keys read back, bit for bit,
 ///     and retrieval's top blocks from GPU queries and summaries vs the CPU's (reported);
+///   - retrieval on the device (CudaTransformer::device_retrieval: query sums, summaries,
+///     scores and top-k on the device) chooses the host way's blocks in every layer;
 ///   - bad views (layers, lengths, block ids) are refused with one error; the model
 ///     serves after.
 /// Clears `ok` on any failure.

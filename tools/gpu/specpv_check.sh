@@ -39,7 +39,7 @@ v = r["strict_view_vs_cpu"]
 print(f"check exit {sys.argv[2]} pass {r['pass']}: whole view == full {r['whole_view_bitwise_equals_full']}, "
       f"strict view vs CPU max {v['max_abs']:.4f} (tol {v['tolerance']}), argmax mismatches {v['argmax_mismatches']}, "
       f"ties {v['near_ties']}, graphs == eager {r['graphed_views_equal_eager']}, taps {r['query_tap']}, "
-      f"summaries {r['summaries']}, errors {r['errors']}")
+      f"summaries {r['summaries']}, device retrieval {r.get('device_retrieval')}, errors {r['errors']}")
 PY
 
 if [[ "${QUEST:-1}" != 0 ]]; then bash tools/gpu/quest_scores.sh || status=1; fi

@@ -9,7 +9,9 @@
 //       the same over the host tier: the full window streamed from it vs a partial view
 //       of the first budget read from the pool alone (host_view_bench.h);
 //   --quest --synthetic NAME --context N [--rows N] [--iters N] [--seed S]: Quest scores
-//       on the device vs the CPU's, bit for bit, and both paths timed (quest_scores_check.h).
+//       on the device vs the CPU's, bit for bit, and both paths timed (quest_scores_check.h);
+//   --refresh --synthetic NAME --context N [--rows N] [--k N] [--iters N]: a refresh round
+//       (tapped window + retrieval) the host way vs the device way (refresh_bench.h).
 // (partial_view_check.h). Prints one JSON object; exits 1 on a failed check or an error.
 #include <cstdio>
 #include <exception>
@@ -24,6 +26,7 @@
 #include "tools/gpu/host_view_bench.h"
 #include "tools/gpu/partial_view_check.h"
 #include "tools/gpu/quest_scores_check.h"
+#include "tools/gpu/refresh_bench.h"
 #include "tools/gpu/tool_support.h"
 
 using namespace specpipe;
@@ -39,13 +42,15 @@ int main(int argc, char** argv) {
   double logit_tol = 0.13, tie_tol = 0.05;
   int iters = 20;
   int32_t ring_slots = 4;
-  int32_t rows = 133;  // --quest: a full round's window (buffer 128 + pending + 4 drafts)
+  int32_t rows = 133;  // --quest, --refresh: a full round's window (buffer 128 + pending + 4 drafts)
+  int32_t top_k = 64;  // --refresh: 1,024 retrieved tokens
   uint64_t seed = 1;
   CudaTransformerOptions opt;
   ArgReader args(argc, argv);
   while (args.next()) {
     const std::string& a = args.arg();
-    if (a == "--check" || a == "--bench" || a == "--host-bench" || a == "--quest") mode = a;
+    if (a == "--check" || a == "--bench" || a == "--host-bench" || a == "--quest" || a == "--refresh") mode = a;
+    else if (a == "--k") top_k = args.int_value();
     else if (a == "--rows") rows = args.int_value();
     else if (a == "--ring-slots") ring_slots = args.int_value();
     else if (a == "--target") target_dir = args.value();
@@ -72,8 +77,9 @@ int main(int argc, char** argv) {
                  "[--kv-dtype fp32|bf16]\n"
                  "       %s --host-bench --synthetic NAME --context N [--budgets B] [--ring-slots N] [--iters N] "
                  "[--kv-dtype fp32|bf16]\n"
-                 "       %s --quest --synthetic NAME --context N [--rows N] [--iters N] [--seed S]\n",
-                 argv[0], argv[0], argv[0], argv[0]);
+                 "       %s --quest --synthetic NAME --context N [--rows N] [--iters N] [--seed S]\n"
+                 "       %s --refresh --synthetic NAME --context N [--rows N] [--k N] [--iters N] [--seed S]\n",
+                 argv[0], argv[0], argv[0], argv[0], argv[0]);
     return 2;
   }
   json report;
@@ -81,6 +87,8 @@ int main(int argc, char** argv) {
   try {
     if (mode == "--quest") {
       report = quest_scores_check(shape, context, rows, seed, iters, ok);
+    } else if (mode == "--refresh") {
+      report = refresh_bench(shape, context, rows, top_k, seed, iters, opt, ok);
     } else if (mode == "--bench") {
       report = view_bench(shape, context, budgets, seed, iters, opt, ok);
     } else if (mode == "--host-bench") {

@@ -32,6 +32,18 @@ void gpu_prefill(CudaTransformer& m, KvStore& kv, SeqId seq, std::span<const int
   }
 }
 
+SeqId book_random_context(KvStore& kv, int32_t vocab, int32_t context, int32_t window, std::mt19937& rng,
+                          std::vector<int32_t>& prompt) {
+  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+  prompt.resize(static_cast<size_t>(context));
+  for (auto& t : prompt) t = tok(rng);
+  const SeqId s = kv.add_sequence(prompt);
+  kv.reserve(s, context);
+  kv.commit(s, std::span<const int32_t>(prompt).subspan(static_cast<size_t>(kv.length(s))));
+  kv.reserve(s, context + window);
+  return s;
+}
+
 double median_forward_us(CudaTransformer& m, const ForwardWindow& w, const KvStore& kv, int iters) {
   CudaLogits lg;
   for (int i = 0; i < 3; ++i) m.forward({&w, 1}, kv, lg);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -56,6 +57,11 @@ constexpr int32_t kPrefillChunk = 64;
 void gpu_prefill(CudaTransformer& m, KvStore& kv, SeqId seq, std::span<const int32_t> tokens, LogitsMode last_mode,
                  CudaLogits& logits);
 
+/// A sequence of `context` random tokens (ids below `vocab`, from `rng`) booked in `kv`
+/// as committed, its K/V not written (a window's cost does not depend on them), with
+/// `window` more positions reserved; `prompt` gets the tokens.
+SeqId book_random_context(KvStore& kv, int32_t vocab, int32_t context, int32_t window, std::mt19937& rng,
+                          std::vector<int32_t>& prompt);
 /// Host wall time of one forward of `w` in microseconds (incl. its sync): 3 warm-up
 /// forwards, then the median of `iters`.
 double median_forward_us(CudaTransformer& m, const ForwardWindow& w, const KvStore& kv, int iters);
