@@ -755,7 +755,7 @@ void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda:
          reinterpret_cast<const int32_t*>(db + layout.token_window),
          reinterpret_cast<const int32_t*>(db + layout.logit_index), d_bt,
          reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.windows), plan.total_tokens,
-         plan.logit_rows, d.argmax},
+         plan.logit_rows, d.argmax, plan.attention.min_window_rows()},
         stream_);
   for (int32_t s = std::max(1, from); s < to; ++s)
     cuda::enqueue_decoder_step(
@@ -763,7 +763,7 @@ void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda:
         {reinterpret_cast<const int64_t*>(db + layout.chain_slots(s)), d.argmax + (s - 1) * nw,
          reinterpret_cast<const int32_t*>(db + layout.chain_positions(s)), d_ident, d_ident, d_bt,
          reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.chain_windows(s)), nw, nw,
-         d.argmax + s * nw},
+         d.argmax + s * nw, 1},
         stream_);
   if (to < plan.steps) return;  // the copies back go with the last step
   const int32_t ids = plan.ids();

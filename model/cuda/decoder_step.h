@@ -38,6 +38,7 @@ struct StepMeta {
   const AttentionWindowDesc* win;
   int32_t total, logit_rows;
   int32_t* argmax;  ///< [logit_rows] out: the rows' argmax
+  int32_t min_window_rows;  ///< the fewest rows of a window (attention's AttentionBatch::min_window_rows)
 };
 
 /// Kernel groups a timing study leaves out (CudaTransformerOptions::timing_skip; the

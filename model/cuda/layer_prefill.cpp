@@ -135,7 +135,8 @@ void CudaTransformer::prefill_layerwise(SeqId seq, std::span<const int32_t> prom
                           reinterpret_cast<const cuda::AttentionWindowDesc*>(mb + plan.windows_at) + ci,
                           plan.chunk_rows(ci),
                           logit_rows,
-                          d.argmax};
+                          d.argmax,
+                          plan.chunk_rows(ci)};
   };
   cuda::StepSettings settings{options_.gemm, false, false, options_.copy_logits, options_.max_tokens, 0, {}, nullptr};
 
