@@ -23,6 +23,12 @@ class ForwardingModel : public ForwardModel {
   RingStats ring_stats() const override { return inner_->ring_stats(); }
   bool land_host_copies(const KvStore& kv) override { return inner_->land_host_copies(kv); }
   void join_next_forward(const Event& e) override { inner_->join_next_forward(e); }
+  // A device drafter's drafts reach the verify forward as placed tokens (ARCHITECTURE.md
+  // section 4): the wrapper must pass them on, or the default throws.
+  void place_next_tokens(std::span<const PlacedToken> placed, std::span<const Event> ready) override {
+    inner_->place_next_tokens(placed, ready);
+  }
+  std::span<const int32_t> placed_tokens() const override { return inner_->placed_tokens(); }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink, Logits& out) override {
     inner_->forward(windows, kv, sink, out);
   }
