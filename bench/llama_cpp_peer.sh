@@ -32,11 +32,11 @@ export OMP_NUM_THREADS="$THREADS"  # llama.cpp's OpenMP threads (it sets n_threa
 # llama.cpp's threads meet at an OpenMP barrier after every operation. With GOMP's default
 # (spin, then sleep) a thread spins through its time slice while its partner waits for a
 # core, which on this shared 2-core machine made llama.cpp several times slower than
-# either engine's CPU time accounts for; passive waits sleep at once. Set
-# OMP_WAIT_POLICY=default on an idle machine leaves GOMP's own setting (spin a while, then
-# sleep), llama.cpp's users' default and its best there. Not active: the driver keeps
-# llama.cpp loaded while specpipe runs, and actively waiting threads would spin through
-# specpipe's rounds.
+# either engine's CPU time accounts for; passive waits (the default here) sleep at once.
+# On a quiet machine set OMP_WAIT_POLICY=default: it leaves GOMP's own setting (spin a
+# while, then sleep), what llama.cpp's users get and its best there. Not active: the
+# driver keeps llama.cpp loaded while specpipe runs, and actively waiting threads would
+# spin through specpipe's rounds.
 OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 if [[ "$OMP_WAIT_POLICY" == default ]]; then unset OMP_WAIT_POLICY; else export OMP_WAIT_POLICY; fi
 run() {  # name, model dir, extra driver arguments...
