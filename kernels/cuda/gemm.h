@@ -107,10 +107,14 @@ cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w
 /// tile's weights loading during a tile's cross-warp sum and store.
 /// Bit 4 (launches that overlap the kernel before): a one-wave grid lets the next kernel
 /// launch as it starts (faster for the 0.6B shape, slower for the 8B one: off).
-/// 0: one block per tile, 4-step buffers (the first kernel). The default, 3, won the
-/// A/B of kernels/cuda/README.md ("Tenth session"); SPECPIPE_GEMM_MMA_VARIANT (0..7, read
-/// on first use) overrides it.
-constexpr int kDefaultMmaVariant = 3;
+/// Bit 8: the same only where W is at most kEarlyLaunchMaxWeightBytes, a GEMM that streams
+/// its weights in about the time a launch takes (every layer GEMM of the 0.6B shape,
+/// none of the 8B or 4B shapes, whose GEMMs the next kernels' waiting blocks slow down).
+/// 0: one block per tile, 4-step buffers (the first kernel). The default, 11 (3 won the
+/// A/B of kernels/cuda/README.md's "Tenth session", 8 its "Thirteenth session");
+/// SPECPIPE_GEMM_MMA_VARIANT (0..15, read on first use) overrides it.
+constexpr int kDefaultMmaVariant = 11;
+constexpr int64_t kEarlyLaunchMaxWeightBytes = int64_t{16} << 20;
 int gemm_mma_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_gemm_mma_variant(int variant);

@@ -31,13 +31,13 @@ int gemm_mma_variant() {
   int v = mma_variant.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("SPECPIPE_GEMM_MMA_VARIANT");
-    v = e != nullptr && *e != '\0' ? std::atoi(e) & 7 : kDefaultMmaVariant;
+    v = e != nullptr && *e != '\0' ? std::atoi(e) & 15 : kDefaultMmaVariant;
     mma_variant.store(v, std::memory_order_relaxed);
   }
   return v;
 }
 
-void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 7, std::memory_order_relaxed); }
+void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 15, std::memory_order_relaxed); }
 
 namespace {
 
@@ -255,7 +255,8 @@ template <int kTiles, bool kSiluGate, int kDepth, bool kPersistent>
 cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k,
                            float* y, uint16_t* yb, int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
   const int variant = gemm_mma_variant();
-  const bool early_launch = (variant & 4) && overlap_previous &&
+  const bool small_weights = 2 * n * k <= kEarlyLaunchMaxWeightBytes;  // W: n rows of k bf16
+  const bool early_launch = ((variant & 4) || ((variant & 8) && small_weights)) && overlap_previous &&
                             blocks <= resident_blocks<kTiles, kSiluGate, kDepth, kPersistent>();
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,

@@ -177,13 +177,15 @@ void check_silu_epilogue(Report& report, cudaStream_t stream) {
 }
 
 /// Every gemm_mma variant (gemm.h: deep buffers, persistent blocks, the early
-/// launch of the next kernel) == the plain kernel
+/// launch of the next kernel, always or for small weights) == the plain kernel
 /// bit for bit, on shapes that take each: 256 tiles (deep at m <= 8), a ragged last tile,
 /// more tiles than an H100 holds at once (persistent) with an odd number of iterations a
-/// tile, and the SiLU epilogue over persistent blocks.
+/// tile, the SiLU epilogue over persistent blocks, and the 0.6B shape's down_proj and
+/// SiLU gate_up (weights small enough for bit 8's early launch).
 void check_mma_variants(Report& report, cudaStream_t stream) {
   struct Shape { int64_t n, k; bool silu; };
-  const Shape shapes[] = {{4096, 4096, false}, {4088, 14336, false}, {19208, 1536, false}, {9608, 1024, true}};
+  const Shape shapes[] = {{4096, 4096, false}, {4088, 14336, false}, {19208, 1536, false}, {9608, 1024, true},
+                          {1024, 3072, false}, {3072, 1024, true}};
   const int32_t M = 64;
   const int before = cuda::gemm_mma_variant();
   for (const Shape& sh : shapes) {
@@ -211,7 +213,7 @@ void check_mma_variants(Report& report, cudaStream_t stream) {
       return bits;
     };
     const auto plain = outputs(0);
-    for (int variant = 1; variant <= 7; ++variant) {
+    for (int variant = 1; variant <= 15; ++variant) {
       const auto got = outputs(variant);
       int64_t differ = 0;
       for (size_t i = 0; i < got.size(); ++i) differ += got[i] != plain[i];
