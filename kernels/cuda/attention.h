@@ -66,6 +66,11 @@ struct AttentionBatch {
   /// not given. Batches whose every window has more than 16 rows (prefill chunks) take the
   /// prefill kernel (attention_prefill.cu); a token's bits are the same on every path.
   int32_t min_window_rows = 0;
+  /// Every window's pool keys [0, prefix_len) were written before this forward began (its
+  /// metadata upload is a full barrier in the stream): the decode kernel may load them
+  /// before waiting for the kernel before. False for a chain's later steps, whose prefix
+  /// ends in rows earlier steps of the same launch wrote.
+  bool prefix_settled = false;
 };
 
 /// Enqueues the chunk kernel, and the combine kernel when batch.counters is null, on

@@ -43,20 +43,18 @@ __device__ inline bool chunk_task(const AttentionBatch& b, int32_t row, int32_t 
   return chunk < attention_chunks(task.r.keys);
 }
 
-/// Loads the group's queries and the addresses of the chunk's K/V rows (pool prefix or
-/// dense window) into shared memory.
+/// The addresses of the chunk's K/V rows (pool prefix or dense window) into shared memory
+/// (seen by the block after a barrier).
 template <int kDimLanes, class T, int kGroups>
-__device__ inline void load_chunk(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
-                                  ChunkShared<kDimLanes, T, kGroups>& sh, ChunkTask& task) {
-  const int32_t row = task.row, kvh = task.kvh, chunk = task.chunk;
-  const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
+__device__ inline void load_chunk_rows(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
+                                       ChunkShared<kDimLanes, T, kGroups>& sh, ChunkTask& task) {
+  const int32_t kvh = task.kvh, chunk = task.chunk;
+  const int32_t hd = s.head_dim;
   task.hd = hd;
-  task.group = group;
+  task.group = s.num_heads / s.num_kv_heads;
   task.j0 = chunk * C;
   task.count = min(C, task.r.keys - task.j0);
   const int tid = threadIdx.x;
-  const float* q = b.q + int64_t{row} * b.ld_q + int64_t{kvh} * group * hd;
-  for (int t = tid; t < group * hd; t += blockDim.x) sh.q[t] = q[t];
   if (tid < task.count) {
     const int32_t j = task.j0 + tid;
     const int64_t head_off = int64_t{kvh} * hd;
@@ -64,6 +62,23 @@ __device__ inline void load_chunk(const AttentionShape& s, const PagedPool& pool
     if (j < w.prefix_len) pool_rows(pool, w, j, head_off, sh.krow[tid], sh.vrow[tid]);
     else window_rows(b, w, j, head_off, sh.krow[tid], sh.vrow[tid]);
   }
+}
+
+/// The group's queries into shared memory (seen by the block after a barrier).
+template <int kDimLanes, class T, int kGroups>
+__device__ inline void load_chunk_queries(const AttentionBatch& b, ChunkShared<kDimLanes, T, kGroups>& sh,
+                                          const ChunkTask& task) {
+  const int32_t hd = task.hd, group = task.group;
+  const float* q = b.q + int64_t{task.row} * b.ld_q + int64_t{task.kvh} * group * hd;
+  for (int t = threadIdx.x; t < group * hd; t += blockDim.x) sh.q[t] = q[t];
+}
+
+/// Loads the group's queries and the addresses of the chunk's K/V rows into shared memory.
+template <int kDimLanes, class T, int kGroups>
+__device__ inline void load_chunk(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
+                                  ChunkShared<kDimLanes, T, kGroups>& sh, ChunkTask& task) {
+  load_chunk_rows(s, pool, b, sh, task);
+  load_chunk_queries(b, sh, task);
   __syncthreads();
 }
 
@@ -260,9 +275,21 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
   // 8B shape's context 512 on an H100: 1.297x vs 1.298x in one call.)
   ChunkTask task;
   if (!chunk_task(b, blockIdx.z, blockIdx.x, blockIdx.y, task)) return;
-  detail::begin_dependent_kernel();
+  // A chunk of pool keys all written before this forward began (b.prefix_settled; not
+  // the layer ring's, whose loads the stream waits for) is located and staged before
+  // waiting for the kernel before: that kernel writes the window's rows and q, not these.
+  // Only q waits. The same loads, so the same bits.
+  const bool early = stage && b.prefix_settled && pool.ring_k == nullptr &&
+                     min((task.chunk + 1) * C, task.r.keys) <= task.r.w.prefix_len;
+  detail::allow_dependent_launch();
   __shared__ ChunkShared<kDimLanes, T, kMinBlocks == 3 ? 4 : kMaxGroup> sh;
-  load_chunk(s, pool, b, sh, task);
+  if (early) {
+    load_chunk_rows(s, pool, b, sh, task);
+    __syncthreads();
+  } else {
+    detail::wait_for_prerequisite_grid();
+    load_chunk(s, pool, b, sh, task);
+  }
   const int32_t hd = task.hd, group = task.group, count = task.count;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tid = threadIdx.x;
   T* const staged = reinterpret_cast<T*>(staged_values);
@@ -282,6 +309,11 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
       copy_async_wait_prior<1>();  // the keys; the values may still be on their way
       __syncthreads();
     }
+  }
+  if (early) {
+    detail::wait_for_prerequisite_grid();
+    load_chunk_queries(b, sh, task);
+    __syncthreads();
   }
 
   // Scores, as the reference: a warp per key, lane l holding dims l, l+32, ..., one FMA

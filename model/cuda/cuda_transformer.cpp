@@ -755,7 +755,7 @@ void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda:
          reinterpret_cast<const int32_t*>(db + layout.token_window),
          reinterpret_cast<const int32_t*>(db + layout.logit_index), d_bt,
          reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.windows), plan.total_tokens,
-         plan.logit_rows, d.argmax, plan.attention.min_window_rows()},
+         plan.logit_rows, d.argmax, plan.attention.min_window_rows(), /*prefix_settled=*/true},
         stream_);
   for (int32_t s = std::max(1, from); s < to; ++s)
     cuda::enqueue_decoder_step(

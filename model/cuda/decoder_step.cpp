@@ -107,7 +107,7 @@ void enqueue_decoder_layer(const TransformerState& d, const ModelConfig& c, cons
                              bf16_kv ? static_cast<const void*>(dense_rows + kvd) : v,
                              d.attn, qkvd, bf16_kv ? 2 * kvd : qkvd, qd, win, m.tw, rows_total,
                              s.max_chunks, d.workspace.as<float>(), d.attention_counters.as<uint32_t>(),
-                             m.min_window_rows};
+                             m.min_window_rows, m.prefix_settled};
   if (!skip_rest && !skip_attention) cuda_try(attention_bf16(shape, pool, batch, d.xb, st), "attention");
   if (s.ring && !dense.k) s.ring->release(l);
   if (!skip_gemms) run_gemm(s.gemm, d.g_o, d.xb, w.o, d.tmp, rows_total, H, qd, "o_proj GEMM", st);

@@ -39,6 +39,7 @@ struct StepMeta {
   int32_t total, logit_rows;
   int32_t* argmax;  ///< [logit_rows] out: the rows' argmax
   int32_t min_window_rows;  ///< the fewest rows of a window (attention's AttentionBatch::min_window_rows)
+  bool prefix_settled = false;  ///< the pool prefix predates the forward (AttentionBatch::prefix_settled)
 };
 
 /// Kernel groups a timing study leaves out (CudaTransformerOptions::timing_skip; the
