@@ -38,6 +38,8 @@ void propose(DraftState& st, RoundBatch& b) {
     out.assign(b.items.size(), Proposal{});
     ++b.times.draft_failures;
   }
+  const double prefill_ms = st.deps.drafter->take_prefill_ms();
+  b.times.draft_prefill_ms += prefill_ms;
   // Sampled drafts carry their distributions: one [rows, vocab] tensor for the batch.
   int64_t rows = 0, vocab = 0;
   for (const Proposal& p : out) {
@@ -59,7 +61,7 @@ void propose(DraftState& st, RoundBatch& b) {
   }
   // Recorded after the producing work, on the drafter's stream (CPU: complete).
   if (!b.q.empty()) b.q.ready = Event::record(st.deps.drafter->stream());
-  b.times.draft_ms += clock.elapsed_ms();
+  b.times.draft_ms += clock.elapsed_ms() - prefill_ms;
 }
 
 }  // namespace

@@ -249,7 +249,9 @@ class Scheduler : public scheduler_actor::base {
     phase_ = Phase::idle;
     const double wall = round_clock_.elapsed_ms();
     const RoundTimes& t = b.times;
-    const double messaging = std::max(0.0, wall - t.draft_ms - t.verify_ms - t.reserve_ms - t.commit_ms);
+    const double messaging =
+        std::max(0.0, wall - t.draft_ms - t.draft_prefill_ms - t.verify_ms - t.reserve_ms - t.commit_ms);
+    global_times_.prefill_ms += t.draft_prefill_ms;
     global_times_.draft_ms += t.draft_ms;
     global_times_.verify_ms += t.verify_ms;
     global_times_.commit_ms += t.reserve_ms + t.commit_ms;
@@ -275,7 +277,9 @@ class Scheduler : public scheduler_actor::base {
       if (it == requests_.end()) continue;
       Request& r = it->second;
       r.stats.draft_ms += t.draft_ms;
+      r.stats.prefill_ms += t.draft_prefill_ms;
       r.stats.verify_ms += t.verify_ms;
+      (item.partial ? r.stats.view.partial_verify_ms : r.stats.view.full_verify_ms) += t.verify_ms;
       r.stats.commit_ms += t.reserve_ms + t.commit_ms;
       r.stats.messaging_ms += messaging;
       if (!item.error.empty()) {

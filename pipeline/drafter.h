@@ -64,6 +64,10 @@ class Drafter {
   /// carries it to the verifier, whose forward joins it (ForwardModel::join_next_forward)
   /// so that the next propose() finds it done without a host sync.
   virtual Event after_propose() { return {}; }
+  /// Milliseconds the proposals since the last call spent prefilling prompts (a model
+  /// drafter catches a new sequence's context up at its first proposal); the draft actor
+  /// counts them as prefill, not as drafting.
+  virtual double take_prefill_ms() { return 0.0; }
   /// The drafter's own KV store, if it has one.
   virtual std::optional<KvOccupancy> kv_occupancy() const { return std::nullopt; }
   /// The stream the drafter's device work runs on (the draft actor records the round's

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "pipeline/draft_sampling.h"
 #include "pipeline/prefill.h"
 
@@ -60,7 +61,9 @@ ForwardWindow ModelDrafter::first_window(Sequence& s, size_t max_feed, int32_t e
     // A long catch-up (the prompt, at the first proposal): chunked prefill of all but the
     // last token, which joins the batched window. Batch invariance makes this the same
     // as feeding it all at once.
+    const Stopwatch clock;
     prefill(*model_, kv_, s.seq, feed.first(feed.size() - 1), prefill_chunk_, logits_);
+    prefill_ms_ += clock.elapsed_ms();
     feed = feed.last(1);
   }
   kv_.reserve(s.seq, kv_.length(s.seq) + static_cast<int32_t>(feed.size()) + extra);

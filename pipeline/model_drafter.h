@@ -28,6 +28,7 @@
 /// drafter's own; the next propose() collects the chain and fills in the books.
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "kvstore/kv_store.h"
 #include "model/forward_model.h"
@@ -51,6 +52,7 @@ class ModelDrafter final : public Drafter {
   /// Launches the draft-ahead chain of the last round (when on and that round was a
   /// greedy chain); returns the event after it (ForwardModel::launch_greedy_chain).
   Event after_propose() override;
+  double take_prefill_ms() override { return std::exchange(prefill_ms_, 0.0); }
   /// Chain rounds launch their chain and hand out its drafts on the device (see above).
   /// Only for a consumer that takes Proposal::on_device (the draft actor's verifier).
   void keep_drafts_on_device(bool on) { drafts_on_device_ = on; }
@@ -114,6 +116,7 @@ class ModelDrafter final : public Drafter {
   KvStore kv_;
   DirectKvWriter writer_;
   int32_t prefill_chunk_;
+  double prefill_ms_ = 0;  // catch-up prefills since take_prefill_ms
   std::map<RequestId, Sequence> sequences_;
   Logits logits_;
   std::vector<float> q_scratch_;

@@ -38,6 +38,8 @@ void ViewStats::merge(const ViewStats& o) {
   view_dropped_blocks += o.view_dropped_blocks;
   view_copy_refusals += o.view_copy_refusals;
   host_fallbacks += o.host_fallbacks;
+  partial_verify_ms += o.partial_verify_ms;
+  full_verify_ms += o.full_verify_ms;
 }
 
 void SpecStats::merge(const SpecStats& o) {

@@ -24,6 +24,8 @@ struct ViewStats {
   int64_t view_dropped_blocks = 0; ///< host-tier view blocks without a copy, left out (x layers)
   int64_t view_copy_refusals = 0;  ///< refreshes whose copies the pool could not hold
   int64_t host_fallbacks = 0;      ///< partial rounds that read the whole prefix (no copies)
+  // Verify time (SpecStats::verify_ms) of the rounds of each kind: where it goes.
+  double partial_verify_ms = 0, full_verify_ms = 0;
 
   int64_t partial_rounds() const { return exact_rounds + approximate_rounds; }
   /// "full" (no partial round), "exact", "approximate" or "mixed".

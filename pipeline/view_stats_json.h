@@ -19,6 +19,8 @@ inline nlohmann::json view_stats_json(const ViewStats& v) {
           {"rolled_back_tokens", v.rolled_back_tokens},
           {"refreshes", v.refreshes},
           {"forced_full", v.forced_full},
+          {"partial_verify_ms", v.partial_verify_ms},
+          {"full_verify_ms", v.full_verify_ms},
           // The host tier (offload): partial rounds read pool copies, never PCIe.
           {"host_tier",
            {{"partial_host_bytes", v.partial_host_bytes},

@@ -108,5 +108,28 @@ TEST(DraftAhead, LaunchesNothingAfterASampledRound) {
   EXPECT_EQ(drafter->kv().occupancy().sequences, 0u);
 }
 
+// The prompt's catch-up at a sequence's first proposal is prefill, which the draft actor
+// counts apart from drafting (Drafter::take_prefill_ms): reported once, and only when a
+// catch-up was long enough to be prefilled on its own.
+TEST(DraftAhead, ReportsTheCatchUpPrefillOnce) {
+  auto drafter = make_drafter(true);
+  const auto prompt = test::ids(test::golden_public()["cases"][0]["prompt_ids"]);
+  ASSERT_GT(prompt.size(), 66u);  // longer than a catch-up window (prefill_chunk 64)
+  drafter->start(1, std::span<const int32_t>(prompt.data(), prompt.size() - 1));
+  EXPECT_EQ(drafter->take_prefill_ms(), 0.0);  // lazy: nothing prefilled at start
+  Rng rng(3);
+  std::vector<int32_t> appended{prompt.back()};
+  std::vector<DraftItem> items{{1, appended, 4, {}, &rng}};
+  std::vector<Proposal> out;
+  drafter->propose(items, out);
+  EXPECT_GT(drafter->take_prefill_ms(), 0.0);
+  EXPECT_EQ(drafter->take_prefill_ms(), 0.0);  // taken
+  appended = {out[0].tokens[0], 7};
+  items[0].appended = appended;
+  drafter->propose(items, out);
+  EXPECT_EQ(drafter->take_prefill_ms(), 0.0);  // a short catch-up joins the drafting window
+  drafter->finish(1);
+}
+
 }  // namespace
 }  // namespace specpipe
