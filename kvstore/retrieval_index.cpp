@@ -1,11 +1,57 @@
 #include "kvstore/retrieval_index.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "core/error.h"
 #include "kvstore/host_tier.h"
 
 namespace specpipe {
+namespace {
+
+/// Block-layers (8 KiB of keys each for 2 KV heads of 64 dims, 16 rows) a thread of
+/// host_tier_summaries takes at least: below that one thread does it all.
+constexpr int64_t kBlockLayersPerThread = 256;
+
+/// The summaries of `seq`'s host-tier blocks [first, first + n) from the tier into kmax /
+/// kmin ([layers][n][kv_dim]), the blocks shared out among threads (at 128K tokens of the
+/// demo target: 537 MB of keys, one thread's ~0.1 s became the first refresh's largest
+/// cost). Each thread summarises whole blocks with BlockSummaries::add_layer_block, so the
+/// bits are the host path's whatever the split.
+void host_tier_summaries(const KvStore& kv, SeqId seq, const SummaryShape& shape, int32_t first, int32_t n,
+                         std::vector<float>& kmax, std::vector<float>& kmin) {
+  const HostKvTier& tier = *kv.host_tier();
+  const std::span<const int32_t> host = kv.host_block_table(seq);
+  const auto d = static_cast<size_t>(shape.kv_dim());
+  const auto layers = static_cast<size_t>(shape.num_layers);
+  std::vector<const float*> keys(layers);
+  for (size_t l = 0; l < layers; ++l) keys[l] = tier.k(static_cast<int32_t>(l));  // throws for a BF16 tier: before any thread
+  kmax.resize(layers * static_cast<size_t>(n) * d);
+  kmin.resize(kmax.size());
+  auto run = [&](int32_t from, int32_t to) {
+    BlockSummaries part(shape);
+    for (int32_t b = from; b < to; ++b) {
+      const int64_t first_slot = int64_t{host[static_cast<size_t>(first + b)]} * shape.block_size;
+      for (size_t l = 0; l < layers; ++l)
+        part.add_layer_block(static_cast<int32_t>(l), keys[l] + first_slot * tier.slot_stride(), tier.slot_stride());
+      part.finish_block();
+    }
+    for (size_t l = 0; l < layers; ++l) {
+      const size_t at = (l * static_cast<size_t>(n) + static_cast<size_t>(from)) * d;
+      std::copy_n(part.kmax(static_cast<int32_t>(l), 0), static_cast<size_t>(to - from) * d, kmax.data() + at);
+      std::copy_n(part.kmin(static_cast<int32_t>(l), 0), static_cast<size_t>(to - from) * d, kmin.data() + at);
+    }
+  };
+  const int64_t most = std::max<int64_t>(1, std::min<unsigned>(16, std::thread::hardware_concurrency()));
+  const auto threads = static_cast<int32_t>(std::clamp<int64_t>(int64_t{n} * shape.num_layers / kBlockLayersPerThread, 1, most));
+  if (threads == 1) return run(0, n);
+  std::vector<std::thread> pool;
+  const int32_t share = (n + threads - 1) / threads;
+  for (int32_t from = 0; from < n; from += share) pool.emplace_back(run, from, std::min(n, from + share));
+  for (std::thread& t : pool) t.join();
+}
+
+}  // namespace
 
 RetrievalIndex::Entry& RetrievalIndex::entry(SeqId seq) {
   auto it = seqs_.find(seq);
@@ -72,16 +118,7 @@ void RetrievalIndex::update_on_device(const KvStore& kv, SeqId seq, int32_t veri
   const int32_t on_host = std::min(kv.host_blocks(seq), full);
   if (e.device_blocks < on_host) {
     const int32_t first = e.device_blocks, n = on_host - first;
-    BlockSummaries made(shape_);
-    add_host_tier_blocks(kv, seq, first, on_host, made);
-    const auto d = static_cast<size_t>(shape_.kv_dim());
-    kmax_.resize(static_cast<size_t>(shape_.num_layers) * static_cast<size_t>(n) * d);
-    kmin_.resize(kmax_.size());
-    for (int32_t layer = 0; layer < shape_.num_layers; ++layer) {
-      const size_t at = static_cast<size_t>(layer) * static_cast<size_t>(n) * d;
-      std::copy_n(made.kmax(layer, 0), static_cast<size_t>(n) * d, kmax_.data() + at);
-      std::copy_n(made.kmin(layer, 0), static_cast<size_t>(n) * d, kmin_.data() + at);
-    }
+    host_tier_summaries(kv, seq, shape_, first, n, kmax_, kmin_);
     device_->upload(seq, first, n, kmax_.data(), kmin_.data());
     e.device_blocks = on_host;
   }

@@ -331,5 +331,62 @@ TEST(RetrievalIndex, DeviceModeAsksForNewBlocksOnlyAndChoosesAsTheHost) {
   EXPECT_EQ(device.summarised_blocks(seq), 0);
 }
 
+// Many host-tier blocks (a long prompt booked on the tier): summarised on the host by
+// several threads, each a share of the blocks; the one upload holds the summaries of one
+// BlockSummaries over the tier's keys, bit for bit, in layer-major order.
+class UploadCapture final : public DeviceRetrieval {
+ public:
+  void summarise(SeqId, int32_t, std::span<const int32_t> pool_blocks) override { pool += pool_blocks.size(); }
+  void upload(SeqId, int32_t first_block, int32_t blocks, const float* kmax, const float* kmin) override {
+    first = first_block;
+    n = blocks;
+    const size_t size = static_cast<size_t>(2 * blocks * 4);  // two layers of kv_dim 4
+    max.assign(kmax, kmax + size);
+    min.assign(kmin, kmin + size);
+    ++uploads;
+  }
+  void select(SeqId, int32_t, int32_t, int32_t, int32_t, std::vector<std::vector<int32_t>>&) override {}
+  void forget(SeqId) override {}
+  size_t pool = 0;
+  int32_t uploads = 0, first = -1, n = 0;
+  std::vector<float> max, min;
+};
+
+TEST(RetrievalIndex, DeviceModeSummarisesManyHostTierBlocksInThreadsAsOneBlockSummaries) {
+  KvStore kv(two_layer_store());
+  const HostTierLayout layout{2, 1, 4, 4};
+  constexpr int32_t kBlocks = 600;  // 1,200 block-layers: shared out among the threads
+  kv.attach_host_tier(std::make_unique<HostKvTier>(layout, kBlocks * HostKvTier::block_bytes(layout)));
+  const SeqId seq = kv.add_sequence({});
+  ASSERT_GT(kv.book_host_prefix(seq, std::vector<int32_t>(kBlocks * 4)), 0);
+  HostKvTier& tier = *kv.host_tier();
+  const auto host = kv.host_block_table(seq);
+  const auto keys = random_floats(static_cast<size_t>(kBlocks * 4 * 4), 5);
+  for (int32_t l = 0; l < 2; ++l)
+    for (int32_t b = 0; b < kBlocks; ++b)
+      for (int32_t i = 0; i < 16; ++i)
+        tier.k(l)[int64_t{host[static_cast<size_t>(b)]} * 16 + i] = keys[static_cast<size_t>(b * 16 + i)] * (l + 1.0f);
+  auto dev = std::make_shared<UploadCapture>();
+  RetrievalIndex index({2, 1, 4, 4}, dev);
+  index.update_on_device(kv, seq, kBlocks * 4);
+  ASSERT_EQ(dev->uploads, 1);
+  EXPECT_EQ(dev->first, 0);
+  ASSERT_EQ(dev->n, kBlocks);
+  EXPECT_EQ(dev->pool, 0u);
+  BlockSummaries want({2, 1, 4, 4});
+  for (int32_t b = 0; b < kBlocks; ++b) {
+    for (int32_t l = 0; l < 2; ++l) want.add_layer_block(l, tier.k(l) + int64_t{host[static_cast<size_t>(b)]} * 16, 4);
+    want.finish_block();
+  }
+  for (int32_t l = 0; l < 2; ++l) {
+    const auto at = static_cast<size_t>(l * kBlocks * 4);
+    EXPECT_TRUE(std::equal(want.kmax(l, 0), want.kmax(l, 0) + kBlocks * 4, dev->max.begin() + static_cast<std::ptrdiff_t>(at)))
+        << "layer " << l;
+    EXPECT_TRUE(std::equal(want.kmin(l, 0), want.kmin(l, 0) + kBlocks * 4, dev->min.begin() + static_cast<std::ptrdiff_t>(at)))
+        << "layer " << l;
+  }
+  EXPECT_EQ(index.summarised_blocks(seq), kBlocks);
+}
+
 }  // namespace
 }  // namespace specpipe
