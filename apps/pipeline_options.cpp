@@ -85,8 +85,10 @@ void apply_process_settings(const PipelineConfig& config) {
   cpu::set_num_threads(g.threads >= 0 ? g.threads : config.threads);
 }
 
-PipelineConfig PipelineOptions::config() const {
-  PipelineConfig c = config_file_.empty() ? PipelineConfig{} : load_pipeline_config(config_file_);
+PipelineConfig PipelineOptions::config() const { return config_from(config_file_); }
+
+PipelineConfig PipelineOptions::config_from(const std::string& file) const {
+  PipelineConfig c = file.empty() ? PipelineConfig{} : load_pipeline_config(file);
   for (const auto& [opt, apply] : overrides_)
     if (opt->count() > 0) apply(*this, c);
   return c;

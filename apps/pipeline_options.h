@@ -15,6 +15,8 @@ class PipelineOptions {
   void add_to(CLI::App& cmd);
   /// The config file (or the defaults), with the explicitly given options applied.
   PipelineConfig config() const;
+  /// The same for another config file (empty: the defaults).
+  PipelineConfig config_from(const std::string& file) const;
   bool speculative() const;
 
  private:
