@@ -135,11 +135,26 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
 }
 
+/// Elements a thread of a row kernel holds its norm weights for, loaded before the wait.
+constexpr int kPreloaded = 8;
+
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads)
     residual_rms_norm_bf16_kernel(float* x, const float* t, const float* bias, int64_t ld, const float* weight,
                                   float eps, int64_t dim, uint16_t* yb, int64_t ldyb) {
-  detail::begin_dependent_kernel();
+  detail::allow_dependent_launch();
+  // The norm's weights (no kernel writes them) load while the kernel before still runs,
+  // for rows of up to kPreloaded elements a thread; the products are the same.
+  const bool preload = dim <= int64_t{kPreloaded} * kThreads;
+  float w[kPreloaded];
+  if (preload) {
+#pragma unroll
+    for (int u = 0; u < kPreloaded; ++u) {
+      const int64_t i = threadIdx.x + int64_t{u} * kThreads;
+      w[u] = i < dim ? weight[i] : 0.0f;
+    }
+  }
+  detail::wait_for_prerequisite_grid();
   __shared__ float scratch[kThreads / 32];
   const int64_t base = int64_t{blockIdx.x} * ld;
   float* xr = x + base;
@@ -151,6 +166,14 @@ __global__ void __launch_bounds__(kThreads)
   }
   uint16_t* yr = yb + int64_t{blockIdx.x} * ldyb;
   const float scale = rms_scale<kThreads>(xr, dim, eps, scratch);
+  if (preload) {
+#pragma unroll
+    for (int u = 0; u < kPreloaded; ++u) {
+      const int64_t i = threadIdx.x + int64_t{u} * kThreads;
+      if (i < dim) yr[i] = f32_to_bf16_rne(w[u] * (xr[i] * scale));
+    }
+    return;
+  }
 #pragma unroll 8
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = f32_to_bf16_rne(weight[i] * (xr[i] * scale));
 }
@@ -178,7 +201,8 @@ __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, int64
                                        const float* cos, const float* sin, const int32_t* positions,
                                        const int64_t* slots, Dst* pool_k, Dst* pool_v, int64_t slot_stride,
                                        uint16_t* dense_k, uint16_t* dense_v, int64_t dense_ld) {
-  detail::begin_dependent_kernel();
+  detail::allow_dependent_launch();
+  static_assert(kMaxHeadDim <= 2 * kRowThreads && kMaxHeadDim / 2 <= kRowThreads);
   __shared__ float scratch[kRowThreads / 32];
   __shared__ float buf[kMaxHeadDim];
   const int64_t row = blockIdx.x;
@@ -187,23 +211,39 @@ __global__ void qk_norm_rope_kv_kernel(float* q, float* k, const float* v, int64
   const int32_t kh = hi - num_heads;
   float* x = is_k ? k + row * ld + int64_t{kh} * head_dim : q + row * ld + int64_t{hi} * head_dim;
   const float* weight = is_k ? k_norm : q_norm;
+  // What no kernel writes loads while the kernel before still runs: the norm's weights
+  // (dims tid, tid + kRowThreads) and the row's RoPE factors (positions are uploaded
+  // metadata; a thread rotates at most pair tid, as head_dim / 2 <= kRowThreads).
+  const int32_t half = head_dim / 2;
+  const int tid = threadIdx.x;
+  float w[2] = {0.0f, 0.0f};
+  if (weight) {
+    if (tid < head_dim) w[0] = weight[tid];
+    if (tid + kRowThreads < head_dim) w[1] = weight[tid + kRowThreads];
+  }
+  float ci = 0.0f, si = 0.0f;
+  if (tid < half) {
+    const int64_t at = int64_t{positions[row]} * half + tid;
+    ci = cos[at];
+    si = sin[at];
+  }
+  detail::wait_for_prerequisite_grid();
   if (weight) {
     // head_dim <= kMaxHeadDim < kWideRow: the order of rms_norm's per-head blocks.
     static_assert(kMaxHeadDim < kWideRow);
     const float scale = rms_scale<kRowThreads>(x, head_dim, eps, scratch);
-    for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) buf[i] = weight[i] * (x[i] * scale);
+    if (tid < head_dim) buf[tid] = w[0] * (x[tid] * scale);
+    if (tid + kRowThreads < head_dim) buf[tid + kRowThreads] = w[1] * (x[tid + kRowThreads] * scale);
   } else {
     for (int32_t i = threadIdx.x; i < head_dim; i += kRowThreads) buf[i] = x[i];
   }
   __syncthreads();
-  const int32_t half = head_dim / 2;
-  const float* c = cos + int64_t{positions[row]} * half;
-  const float* s = sin + int64_t{positions[row]} * half;
   const int64_t slot_off = is_k ? slots[row] * slot_stride + int64_t{kh} * head_dim : 0;
-  for (int32_t i = threadIdx.x; i < half; i += kRowThreads) {
+  if (tid < half) {
+    const int32_t i = tid;
     const float a = buf[i], b = buf[i + half];
-    const float ra = a * c[i] - b * s[i];
-    const float rb = b * c[i] + a * s[i];
+    const float ra = a * ci - b * si;
+    const float rb = b * ci + a * si;
     x[i] = ra;
     x[i + half] = rb;
     if (is_k) {
