@@ -175,25 +175,6 @@ __device__ inline void lean_scores(const AttentionShape& s, Shared& sh, int32_t 
   }
 }
 
-/// Two staged values (dims d, d + 1 of one key) widened to FP32: one 4-byte (BF16) or
-/// 8-byte (FP32) shared-memory load instead of two.
-__device__ inline float2 value_pair(const uint16_t* at) {
-  const uint32_t w = *reinterpret_cast<const uint32_t*>(at);
-  return {kv_float(static_cast<uint16_t>(w & 0xffffu)), kv_float(static_cast<uint16_t>(w >> 16))};
-}
-__device__ inline float2 value_pair(const float* at) { return *reinterpret_cast<const float2*>(at); }
-
-/// Four keys' steps of one head's chains of dims d, d + 1: numerators p (keys jl..jl+3),
-/// value pairs v, in key order.
-__device__ inline void pair_steps(const float4& p, const float2 (&v)[4], float& a0, float& a1) {
-  const float p4[4] = {p.x, p.y, p.z, p.w};
-#pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    a0 = fmaf(p4[u], v[u].x, a0);
-    a1 = fmaf(p4[u], v[u].y, a1);
-  }
-}
-
 /// Variant bit 8's value sums: thread (pair, part) < hd / 2 x min(group, 2) runs the chains
 /// of dims 2 pair, 2 pair + 1 for heads part and part + 2 (up to 4 chains), each chain
 /// fmaf(p, v, acc) over the chunk's keys in ascending order as value_sums', reading each

@@ -287,15 +287,16 @@ __device__ inline void store_slot_stats(const AttentionShape& s, const Attention
 }
 
 /// One score pass of the kernels that share K/V loads: lane l's FMA chains over dims l, l+32,
-/// ... (the chunk kernel's) of 4 slots' queries (rows sl0..sl0+3 of sq, clamped to the last
-/// slot) against kKeysN keys held in kreg, into v[u * 4 + s4]; reduce_scatter then sums them
-/// over the lanes as warp_sum does.
+/// ... (the chunk kernel's) of 4 slots' queries (rows sl0 + (s4 ^ sx) of sq for s4 = 0..3,
+/// clamped to the last slot) against kKeysN keys held in kreg, into v[u * 4 + s4];
+/// reduce_scatter then sums them over the lanes as warp_sum does (sx 0), or
+/// reduce_scatter_xor (sx and the keys' order permuted by the lane, below).
 template <int kKeysN, int kDimLanes>
 __device__ inline void pass_dots(const float* sq, int32_t sl0, int32_t slots, int32_t hd, int lane,
-                                 const float (&kreg)[kKeysN][kDimLanes], float (&v)[kKeysN * 4]) {
+                                 const float (&kreg)[kKeysN][kDimLanes], float (&v)[kKeysN * 4], int sx = 0) {
 #pragma unroll
   for (int s4 = 0; s4 < 4; ++s4) {
-    const float* qs = sq + min(sl0 + s4, slots - 1) * hd;
+    const float* qs = sq + min(sl0 + (s4 ^ sx), slots - 1) * hd;
     float qreg[kDimLanes];
 #pragma unroll
     for (int d = 0; d < kDimLanes; ++d) qreg[d] = lane + 32 * d < hd ? qs[lane + 32 * d] : 0.0f;
@@ -344,6 +345,53 @@ __device__ inline float reduce_scatter(float (&v)[16], int lane) {
   reduce_scatter_step<4, 4>(v, lane);
   reduce_scatter_step<2, 2>(v, lane);
   return v[0] + __shfl_xor_sync(detail::kFullMask, v[0], 1);
+}
+
+/// reduce_scatter without its selects (2 a pair): when lane L's v[r] holds index r ^ x(L),
+/// x(L) = L for 32 values and (L >> 1) & 15 for 16, every halving step keeps the low half
+/// and sends the high half (the index bit a step halves on is the lane bit of its offset),
+/// so a step is a shuffle and an add per pair: the same xor pairs at the same offsets,
+/// each sum keep + received as there, so lane L returns what reduce_scatter returns (index
+/// L, or L / 2 for 16 values: warp_sum's tree; a CPU replay of 20,000 random warps each gave
+/// the same bits). The callers load their keys and slots in that permuted order.
+template <int N, int kOffset, int M>
+__device__ inline void reduce_scatter_xor_step(float (&v)[M]) {
+#pragma unroll
+  for (int j = 0; j < N / 2; ++j) v[j] += __shfl_xor_sync(detail::kFullMask, v[j + N / 2], kOffset);
+}
+__device__ inline float reduce_scatter_xor(float (&v)[32]) {
+  reduce_scatter_xor_step<32, 16>(v);
+  reduce_scatter_xor_step<16, 8>(v);
+  reduce_scatter_xor_step<8, 4>(v);
+  reduce_scatter_xor_step<4, 2>(v);
+  reduce_scatter_xor_step<2, 1>(v);
+  return v[0];
+}
+__device__ inline float reduce_scatter_xor(float (&v)[16]) {
+  reduce_scatter_xor_step<16, 16>(v);
+  reduce_scatter_xor_step<8, 8>(v);
+  reduce_scatter_xor_step<4, 4>(v);
+  reduce_scatter_xor_step<2, 2>(v);
+  return v[0] + __shfl_xor_sync(detail::kFullMask, v[0], 1);
+}
+
+/// Two staged values (dims d, d + 1 of one key) widened to FP32: one 4-byte (BF16) or
+/// 8-byte (FP32) shared-memory load instead of two.
+__device__ inline float2 value_pair(const uint16_t* at) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(at);
+  return {kv_float(static_cast<uint16_t>(w & 0xffffu)), kv_float(static_cast<uint16_t>(w >> 16))};
+}
+__device__ inline float2 value_pair(const float* at) { return *reinterpret_cast<const float2*>(at); }
+
+/// Four keys' steps of one head's chains of dims d, d + 1: numerators p (keys jl..jl+3),
+/// value pairs v, in key order.
+__device__ inline void pair_steps(const float4& p, const float2 (&v)[4], float& a0, float& a1) {
+  const float p4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    a0 = fmaf(p4[u], v[u].x, a0);
+    a1 = fmaf(p4[u], v[u].y, a1);
+  }
 }
 
 /// Opts `kernel` in to `bytes` of dynamic shared memory where its static shared memory

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_paths.h"
@@ -77,6 +78,16 @@ struct WindowTask {
   __device__ int32_t count(int32_t k) const { return min(C, keys0 + k - j0); }
 };
 
+/// f(std::integral_constant<int, K>{}) for K = min(n, kMax), n >= 1: a run-time count of
+/// chains to the template that keeps them in registers.
+template <int kMax, class F>
+__device__ inline void with_count(int n, F&& f) {
+  if constexpr (kMax > 1) {
+    if (n < kMax) return with_count<kMax - 1>(n, f);
+  }
+  f(std::integral_constant<int, kMax>{});
+}
+
 /// K chains of value sums of one dim d, for the slots `slot[i]`: every chain adds the
 /// keys of its row in ascending order (the common keys four at a time, then the rows' own
 /// ends one by one), as the chunk kernel's chains.
@@ -122,16 +133,72 @@ __device__ inline void window_value_chains(const AttentionShape& s, const Attent
   }
 }
 
+/// Variant bit 32's value sums: 2K chains, dims d and d + 1 of the slots `slot[i]`, each
+/// fmaf(p, v, acc) over its row's keys in ascending order as window_value_chains' (the
+/// common keys four at a time, then the rows' own ends one by one), each staged value pair
+/// read once for all K slots (one 8-byte FP32 or 4-byte BF16 load) and the numerators 4
+/// keys a 16-byte load.
+template <int K, class T>
+__device__ inline void window_pair_chains(const AttentionShape& s, const AttentionBatch& b, const WindowTask& t,
+                                          int32_t kvh, int32_t group, int d, const int32_t* slot, const T* sv,
+                                          const float* sp) {
+  const int32_t hd = s.head_dim;
+  float a0[K], a1[K];
+  const float* pr[K];
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    a0[i] = 0.0f;
+    a1[i] = 0.0f;
+    pr[i] = sp + slot[i] * kScoreStride;
+  }
+  int32_t jl = 0;
+#pragma unroll 2
+  for (; jl + 4 <= t.count_min; jl += 4) {
+    float2 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = value_pair(sv + (jl + u) * hd + d);
+#pragma unroll
+    for (int i = 0; i < K; ++i) pair_steps(*reinterpret_cast<const float4*>(pr[i] + jl), v, a0[i], a1[i]);
+  }
+  for (; jl < t.count_max; ++jl) {
+    const float2 vv = value_pair(sv + jl * hd + d);
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (jl < t.count(t.first + slot[i] / group)) {
+        a0[i] = fmaf(pr[i][jl], vv.x, a0[i]);
+        a1[i] = fmaf(pr[i][jl], vv.y, a1[i]);
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int32_t row = t.row0 + t.first + slot[i] / group;
+    const int64_t h = int64_t{kvh} * group + slot[i] % group;
+    float* rec = b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + t.chunk) * (hd + 2) + 2 + d;
+    rec[0] = a0[i];
+    rec[1] = a1[i];
+  }
+}
+
+/// Slots a thread of variant bit 32's value sums runs the chains of (2 dims each).
+constexpr int kPairSlots = 6;
+
 /// Grid (kv head, max_chunks): block y takes tasks y, y + max_chunks, ... of the batch's
 /// (group, chunk) tasks (groups: a window's rows cut into runs of rows_per_group), so a
 /// single window launches no more blocks than decode. Dynamic shared memory: the staged
 /// values [C][hd], the slots' queries [max_slots][hd], scores [max_slots][kScoreStride],
 /// two [max_slots][kWarps] reduction arrays. Writes the chunk records only; merged by
 /// attention_merge_kernel.
-template <int kDimLanes, bool kLean, class T>
+///
+/// kPaired (variant bit 32): the same numbers with fewer instructions. Each lane loads its
+/// keys and slots in an order permuted by its lane bits, so reduce_scatter_xor needs no
+/// selects; thread (part, pair) runs the value chains of dims 2 pair, 2 pair + 1 for the
+/// slots part, part + parts, ... (window_pair_chains); with stage_keys (BF16, 16-byte aligned
+/// rows) the chunk's keys are copied to shared memory by cp.async (after the values' room)
+/// and scored from there instead of 2-byte global loads a lane.
+template <int kDimLanes, bool kLean, bool kPaired, class T>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
-                                                                    int32_t max_slots) {
+                                                                    int32_t max_slots, bool stage_keys) {
   __shared__ RowGroups g;
   __shared__ const T* krow[C];
   __shared__ const T* vrow[C];
@@ -145,7 +212,8 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
 
   const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads, kvh = blockIdx.x;
   T* sv = reinterpret_cast<T*>(staged_values);  // [C][hd] of the storage type (16-byte rows)
-  float* sq = reinterpret_cast<float*>(sv + C * hd);  // [max_slots][hd]
+  T* sk = sv + C * hd;                           // stage_keys: [C][hd] keys, else empty
+  float* sq = reinterpret_cast<float*>(sk + (stage_keys ? C * hd : 0));  // [max_slots][hd]
   float* sp = sq + max_slots * hd;    // [max_slots][kScoreStride]
   float* red = sp + max_slots * kScoreStride;  // [max_slots][kWarps]
   float* red2 = red + max_slots * kWarps;
@@ -181,8 +249,18 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       else window_rows(b, w, j, head_off, krow[tid], vrow[tid]);
     }
     __syncthreads();
+    if (kPaired && stage_keys) {
+      for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
+        copy_async16(sk + i * kVec, krow[i / vecs] + (i % vecs) * kVec);
+      copy_async_commit();
+    }
     for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
       copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
+    if (kPaired && stage_keys) {
+      copy_async_commit();
+      copy_async_wait_prior<1>();  // the keys; the values may still be on their way
+      __syncthreads();
+    }
 
     // Scores: a warp holds kKeys keys' K (lane l dims l, l+32, ...) and scores them against
     // 4 slots at a time: 32 dot products, each the chunk kernel's chain, then one
@@ -191,20 +269,25 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
     constexpr int kKeys = C / kFastWarps;
     static_assert(kKeys * 4 == 32);
     constexpr int kPassKeys = kLean ? kKeys / 2 : kKeys;
+    // kPaired: lane L holds dot index r ^ x in v[r] (x = L, or (L >> 1) & 15 for 16 dots;
+    // index = key * 4 + slot), so its key u is u ^ (x >> 2) and its slot s4 ^ (x & 3).
+    const int x = kPaired ? (kLean ? (lane >> 1) & 15 : lane) : 0;
+    const int kx = x >> 2, sx = x & 3;
 #pragma unroll 1
     for (int pass = 0; pass < kKeys / kPassKeys; ++pass) {
       float kreg[kPassKeys][kDimLanes];
 #pragma unroll
       for (int u = 0; u < kPassKeys; ++u) {
-        const int jl = warp + (pass * kPassKeys + u) * kFastWarps;
+        const int jl = warp + (pass * kPassKeys + (u ^ kx)) * kFastWarps;
+        const T* kr = kPaired && stage_keys ? sk + jl * hd : krow[jl];
 #pragma unroll
         for (int d = 0; d < kDimLanes; ++d)
-          kreg[u][d] = jl < t.count_max && lane + 32 * d < hd ? kv_float(krow[jl][lane + 32 * d]) : 0.0f;
+          kreg[u][d] = jl < t.count_max && lane + 32 * d < hd ? kv_float(kr[lane + 32 * d]) : 0.0f;
       }
       for (int sl0 = 0; sl0 < slots; sl0 += 4) {
         float v[kPassKeys * 4];
-        pass_dots(sq, sl0, slots, hd, lane, kreg, v);
-        const float dot = reduce_scatter(v, lane);
+        pass_dots(sq, sl0, slots, hd, lane, kreg, v, sx);
+        const float dot = kPaired ? reduce_scatter_xor(v) : reduce_scatter(v, lane);
         const int index = kLean ? lane >> 1 : lane;  // lean: lanes L and L ^ 1 hold the same sum
         const int u = index >> 2, sl = sl0 + (index & 3), jl = warp + (pass * kPassKeys + u) * kFastWarps;
         if (sl < slots && (!kLean || (lane & 1) == 0))
@@ -222,6 +305,27 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       store_slot_stats(s, b, red, red2, tid, t.row0 + t.first + tid / group, int64_t{kvh} * group + tid % group,
                        t.chunk);
 
+    if constexpr (kPaired) {
+      // Value sums: thread (part, pair) runs the chains of dims 2 pair, 2 pair + 1 of the
+      // slots part, part + parts, ..., up to kPairSlots at a time.
+      const int pairs = hd / 2;
+      const int parts = min(kFastThreads / pairs, (slots + kPairSlots - 1) / kPairSlots);
+      const int vpart = tid / pairs;
+      if (vpart < parts) {
+        const int d = 2 * (tid % pairs);
+        const int32_t mine = (slots - vpart + parts - 1) / parts;
+        for (int32_t i0 = 0; i0 < mine; i0 += kPairSlots) {
+          int32_t slot[kPairSlots];
+#pragma unroll
+          for (int i = 0; i < kPairSlots; ++i) slot[i] = vpart + (i0 + i) * parts;
+          with_count<kPairSlots>(mine - i0, [&](auto k) {
+            window_pair_chains<decltype(k)::value>(s, b, t, kvh, group, d, slot, sv, sp);
+          });
+        }
+      }
+      __syncthreads();  // the next task reuses the shared memory
+      continue;
+    }
     // Value sums: thread (part, d) runs the chains of the slots part, part + parts, ...
     // each staged value read once for all of them, up to 8 at a time.
     const int span = hd < kFastThreads ? hd : kFastThreads;
@@ -233,16 +337,9 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
           int32_t slot[8];
 #pragma unroll
           for (int i = 0; i < 8; ++i) slot[i] = vpart + (i0 + i) * parts;
-          switch (min(8, mine - i0)) {
-            case 1: window_value_chains<1>(s, b, t, kvh, group, d, slot, sv, sp); break;
-            case 2: window_value_chains<2>(s, b, t, kvh, group, d, slot, sv, sp); break;
-            case 3: window_value_chains<3>(s, b, t, kvh, group, d, slot, sv, sp); break;
-            case 4: window_value_chains<4>(s, b, t, kvh, group, d, slot, sv, sp); break;
-            case 5: window_value_chains<5>(s, b, t, kvh, group, d, slot, sv, sp); break;
-            case 6: window_value_chains<6>(s, b, t, kvh, group, d, slot, sv, sp); break;
-            case 7: window_value_chains<7>(s, b, t, kvh, group, d, slot, sv, sp); break;
-            default: window_value_chains<8>(s, b, t, kvh, group, d, slot, sv, sp); break;
-          }
+          with_count<8>(mine - i0, [&](auto k) {
+            window_value_chains<decltype(k)::value>(s, b, t, kvh, group, d, slot, sv, sp);
+          });
         }
     }
     __syncthreads();  // the next task reuses the shared memory
@@ -255,15 +352,23 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   const int32_t group = s.num_heads / s.num_kv_heads;
   const int32_t rows_per_group = std::min(b.total_tokens, std::max(1, kWindowMaxSlots / group));
   const int32_t max_slots = rows_per_group * group;
-  const size_t bytes = size_t{C} * s.head_dim * sizeof(T) +
-                       size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps) * sizeof(float);
   const int mode = window_path_mode();
   const bool lean = mode == 2 || (mode < 0 && int64_t{s.num_kv_heads} * b.max_chunks >= kLeanMinBlocks);
-  auto* kernel = lean ? attention_window_kernel<kDimLanes, true, T> : attention_window_kernel<kDimLanes, false, T>;
+  // Variant bit 32: the paired build; BF16 keys staged where every key row starts 16-byte
+  // aligned (can_stage checked the strides).
+  const bool paired = (attention_variant() & kAttentionLeanWindow) != 0;
+  const bool stage_keys =
+      paired && sizeof(T) == 2 && aligned16(pool.k) && aligned16(b.k) && aligned16(pool.ring_k);
+  const size_t bytes = size_t{C} * s.head_dim * sizeof(T) * (stage_keys ? 2 : 1) +
+                       size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps) * sizeof(float);
+  auto* kernel = paired ? (lean ? attention_window_kernel<kDimLanes, true, true, T>
+                                : attention_window_kernel<kDimLanes, false, true, T>)
+                        : (lean ? attention_window_kernel<kDimLanes, true, false, T>
+                                : attention_window_kernel<kDimLanes, false, false, T>);
   cudaError_t e = allow_dynamic_shared(kernel, bytes);
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
-                                      true, s, pool, b, rows_per_group, max_slots);
+                                      true, s, pool, b, rows_per_group, max_slots, stage_keys);
   if (e != cudaSuccess) return e;
   // Variant bit 1 (attention.h): a block per (row, query head) merges instead.
   if ((attention_variant() & kAttentionHeadMerge) != 0) return launch_head_merge(s, b, outb, stream);
