@@ -107,9 +107,9 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// registers, its shared arrays sized for groups of 4; opt-in); bit 32: the verify-window
 /// kernel with select-free reduce-scatters (keys and slots loaded in a lane-permuted order),
 /// value chains of 2 dims x up to 6 slots a thread and BF16 keys staged by cp.async. The
-/// default, kDefaultAttentionVariant (bits 1, 2, 4, 8), won the A/Bs of kernels/cuda/README.md
-/// ("Eleventh session", "Twelfth session"); SPECPIPE_ATTENTION_VARIANT (0..63, read on
-/// first use) overrides it.
+/// default, kDefaultAttentionVariant (bits 1, 2, 4, 8, 32), won the A/Bs of
+/// kernels/cuda/README.md ("Eleventh session", "Twelfth session", "Thirteenth session");
+/// SPECPIPE_ATTENTION_VARIANT (0..63, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
 constexpr int kAttentionTwoBlocks = 4;
@@ -117,7 +117,7 @@ constexpr int kAttentionLeanChunk = 8;
 constexpr int kAttentionThreeBlocks = 16;
 constexpr int kAttentionLeanWindow = 32;
 constexpr int kAttentionVariants = 64;
-constexpr int kDefaultAttentionVariant = 15;
+constexpr int kDefaultAttentionVariant = 47;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);
