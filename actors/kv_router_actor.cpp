@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <memory>
 
@@ -220,9 +221,18 @@ void commit_round(KvStore& kv, KvWriteSink& sink, RoundBatch& b) {
 /// and the router must not touch it. A metrics query that arrives then waits for the sink
 /// to come back, so a snapshot never reads counters (or calls the plugin) mid-forward and
 /// always covers whole forwards.
+///
+/// The store is lent the same way: the verifier reads it during the forward. With
+/// micro-batches (scheduler.micro_batches > 1) a round's reserves, an admission batch or a
+/// release may arrive meanwhile, or while the router is between the steps of another
+/// (awaiting the offload actor): they wait in `held` and run in order once the store is
+/// the router's again, so it still has one user at a time. One round at a time never
+/// holds anything back.
 struct KvRouterState {
   KvRouterDeps deps;
   bool sink_lent = false;  ///< a PrefillWork or VerifyWork is with the verifier
+  bool busy = false;       ///< an admission, reserve or commit is between its steps
+  std::deque<std::function<void()>> held;
   LayerwiseCounts layerwise;
   /// The offload actor's latest copy event: every forward from now on waits on it.
   CopyFence fence;
@@ -247,6 +257,20 @@ struct KvRouterState {
     for (auto& rp : metrics_waiting) rp.deliver(metrics());
     metrics_waiting.clear();
   }
+  /// Runs `work` now, or once the store is the router's again.
+  void run_or_hold(std::function<void()> work) {
+    if (sink_lent || busy) held.push_back(std::move(work));
+    else work();
+  }
+  /// An operation ended without lending the store: run what waited for it.
+  void done() {
+    busy = false;
+    while (!sink_lent && !busy && !held.empty()) {
+      std::function<void()> work = std::move(held.front());
+      held.pop_front();
+      work();
+    }
+  }
 };
 
 }  // namespace
@@ -255,6 +279,7 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
   auto st = std::make_shared<KvRouterState>();
   st->deps = std::move(deps);
   auto to_verifier = [self, st](auto work) {
+    st->busy = false;
     st->sink_lent = true;
     self->send(st->deps.peers->verifier, std::move(work));
   };
@@ -285,8 +310,9 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
         Stopwatch clock;
         const bool more = reserve_prefill_pass(*st->deps.kv, *b);
         b->commit_ms += clock.elapsed_ms();
-        if (more) to_verifier(PrefillWork{std::move(*b), st->fence});
-        else self->send(st->deps.peers->scheduler, AdmitDone{std::move(*b)});
+        if (more) return to_verifier(PrefillWork{std::move(*b), st->fence});
+        self->send(st->deps.peers->scheduler, AdmitDone{std::move(*b)});
+        st->done();
       });
     };
     KvStore& kv = *st->deps.kv;
@@ -301,44 +327,60 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
   };
   return {
       [st, next_pass](AdmitWork& w) {
-        admit(*st->deps.kv, w.b);
-        next_pass(std::make_shared<AdmitBatch>(std::move(w.b)));
+        auto b = std::make_shared<AdmitBatch>(std::move(w.b));
+        st->run_or_hold([st, next_pass, b] {
+          st->busy = true;
+          admit(*st->deps.kv, *b);
+          next_pass(b);
+        });
       },
       [st, next_pass](PrefillDone& w) {
+        st->busy = true;
         commit_prefill(*st->deps.kv, w.b, st->layerwise);
         st->sink_returned();
         next_pass(std::make_shared<AdmitBatch>(std::move(w.b)));  // the next chunk, if any
       },
       [st, to_verifier, with_room](ReserveWork& w) {
         auto b = std::make_shared<RoundBatch>(std::move(w.b));
-        const int32_t wanted = rewind(*st->deps.kv, *b);
-        with_room(wanted, [st, to_verifier, b] {
-          reserve(*st->deps.kv, *b);
-          to_verifier(VerifyWork{std::move(*b), st->fence});
+        st->run_or_hold([st, to_verifier, with_room, b] {
+          st->busy = true;
+          const int32_t wanted = rewind(*st->deps.kv, *b);
+          with_room(wanted, [st, to_verifier, b] {
+            reserve(*st->deps.kv, *b);
+            to_verifier(VerifyWork{std::move(*b), st->fence});
+          });
         });
       },
       [self, st](VerifyDone& w) {
+        st->busy = true;
         commit_round(*st->deps.kv, *st->deps.sink, w.b);
         st->sink_returned();
         const bool views = std::any_of(w.b.items.begin(), w.b.items.end(),
                                        [](const RoundItem& it) { return !it.view_sets.empty(); });
-        if (!views || !st->deps.peers->offload) return self->send(st->deps.peers->scheduler, RoundDone{std::move(w.b)});
+        if (!views || !st->deps.peers->offload) {
+          self->send(st->deps.peers->scheduler, RoundDone{std::move(w.b)});
+          return st->done();
+        }
         // SpecPV over the host tier: the offload actor brings the views' host blocks back.
         self->request(st->deps.peers->offload, caf::infinite, ViewCopyWork{std::move(w.b)})
             .await([self, st](ViewCopyDone& done) {
               if (!done.fence.empty()) st->fence = std::move(done.fence);
               self->send(st->deps.peers->scheduler, RoundDone{std::move(done.b)});
+              st->done();
             },
-            [](caf::error& err) {
+            [st](caf::error& err) {
               // The batch went with the request: its requests cannot finish (a bug or a
               // dead offload actor, which only ends with the pipeline).
               spdlog::error("kv-router: the offload actor failed a view copy: {}", caf::to_string(err));
+              st->done();
             });
       },
       [st](ReleaseWork& w) {
-        KvStore& kv = *st->deps.kv;
-        for (SeqId seq : w.seqs)
-          if (kv.contains(seq)) kv.release(seq);
+        st->run_or_hold([st, seqs = std::move(w.seqs)] {
+          KvStore& kv = *st->deps.kv;
+          for (SeqId seq : seqs)
+            if (kv.contains(seq)) kv.release(seq);
+        });
       },
       // The block books only: the verifier reads them during a forward but never changes them.
       [st](KvQuery) { return st->deps.kv->occupancy(); },

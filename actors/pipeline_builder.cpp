@@ -96,6 +96,11 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   KvStoreConfig kv_config = p.target->kv_config(blocks, c.kv.block_size);
   kv_config.prefix_cache = c.kv.prefix_cache;
   const bool partial_views = c.slots.verify_view != "full";
+  // SpecPV settles a sequence's partial rounds against its full ones in the order the
+  // rounds run; with several micro-batches in flight that order is not checked yet.
+  if (partial_views && c.scheduler.micro_batches > 1)
+    fail(ErrorCode::unsupported, "scheduler.micro_batches {} with slots.verify_view {}: partial verification with "
+         "more than one round in flight is not built", c.scheduler.micro_batches, c.slots.verify_view);
   if (partial_views) {
     // SpecPV's partial views read the pool (on a device, the model's: its forward gathers
     // them and it summarises blocks where they live). With the host tier, a view's
@@ -175,7 +180,10 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
       const bool drafts_readable = draft->device() == p.target->device() || draft->device().kind == DeviceKind::cpu;
       auto drafter = std::make_shared<ModelDrafter>(std::move(draft), draft_blocks, c.kv.block_size,
                                                     c.scheduler.prefill_chunk, draft_ahead);
-      drafter->keep_drafts_on_device(drafts_readable);
+      // The ids stay valid until the drafter's next chain: with one round in flight that
+      // chain comes after the verdict; with micro-batches the next round's chain comes
+      // before it (ARCHITECTURE.md section 4), so each round's drafts leave on the host.
+      drafter->keep_drafts_on_device(drafts_readable && c.scheduler.micro_batches == 1);
       p.drafter = std::move(drafter);
       break;
     }
@@ -198,6 +206,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   s.max_positions = max_positions;
   s.eos_ids = p.target->config().eos_token_ids;
   s.speculative = d.type != DrafterKind::none;
+  s.micro_batches = c.scheduler.micro_batches;
   spdlog::info("pipeline: target {} ({} layers) on {}, drafter {}, gamma {}, KV {} blocks x {}, host tier {} blocks",
                target_dir.string(), p.target->config().num_layers, device.to_string(), to_string(d.type), d.gamma,
                blocks, c.kv.block_size, host_blocks);

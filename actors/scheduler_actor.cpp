@@ -36,11 +36,10 @@ struct Request {
   Stopwatch clock;
   bool budgeted = false;           ///< left the queue: holds budget_blocks, the drafter knows it
   bool running = false;            ///< admitted (has KV)
+  bool in_round = false;           ///< part of a round in flight
   bool cancelled = false;
   ViewState view;                  ///< SpecPV: the tokens since the last full verification
 };
-
-enum class Phase { idle, admitting, round };
 
 class Scheduler : public scheduler_actor::base {
  public:
@@ -155,19 +154,42 @@ class Scheduler : public scheduler_actor::base {
     auto it = requests_.find(id);
     if (it == requests_.end()) return;
     it->second.cancelled = true;
-    // A waiting request ends now; one with work in flight (admission or a round) ends
-    // when that step returns, so its KV is released in a consistent state.
-    if (!it->second.budgeted) {
+    // A waiting request ends now; one with work in flight (its admission or its round)
+    // ends when that step returns, so its KV is released in a consistent state. With one
+    // micro-batch a running request also waits for an admission in flight (as ever; with
+    // more the kv-router holds the release back until the store is its own again).
+    const Request& r = it->second;
+    if (!r.budgeted) {
       waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
       finish(id, FinishReason::cancelled);
-    } else if (phase_ == Phase::idle) {
+    } else if (r.running && !r.in_round && (rounds_overlap() || !admitting_)) {
       finish(id, FinishReason::cancelled);
     }
   }
 
-  /// Starts the next admission batch or round, if nothing is in flight.
+  /// scheduler.micro_batches > 1: rounds overlap each other and admission batches.
+  bool rounds_overlap() const { return cfg().micro_batches > 1; }
+
+  /// Starts the next admission batch and rounds. One micro-batch: one of them at a time,
+  /// an admission first. More: an admission batch beside up to micro_batches rounds, each
+  /// over a share of the running sequences not in a round (ARCHITECTURE.md section 3).
   void step() {
-    if (phase_ != Phase::idle) return;
+    if (!admitting_ && (rounds_in_flight_ == 0 || rounds_overlap())) admit();
+    if (admitting_ && !rounds_overlap()) return;
+    const auto groups = static_cast<size_t>(std::max(1, cfg().micro_batches));
+    const size_t share = (running_.size() + groups - 1) / groups;
+    std::vector<RequestId> ids;
+    while (rounds_in_flight_ < cfg().micro_batches) {
+      ids.clear();
+      for (RequestId id : running_)
+        if (!requests_.at(id).in_round && ids.size() < share) ids.push_back(id);
+      if (ids.empty()) return;
+      start_round(ids);
+    }
+  }
+
+  /// Sends the next admission batch (first come, first served within the KV budget).
+  void admit() {
     AdmitBatch batch;
     batch.batch = next_batch_;
     while (!waiting_.empty() && static_cast<int32_t>(running_.size() + batch.items.size()) < cfg().max_batch) {
@@ -181,30 +203,32 @@ class Scheduler : public scheduler_actor::base {
       batch.items.push_back(std::move(item));
       waiting_.pop_front();
     }
-    if (!batch.items.empty()) {
-      ++next_batch_;
-      phase_ = Phase::admitting;
-      send(d_.peers->draft, DraftStart{batch});
-      send(d_.peers->kv_router, AdmitWork{std::move(batch)});
-      return;
-    }
-    if (running_.empty()) return;
+    if (batch.items.empty()) return;
+    ++next_batch_;
+    admitting_ = true;
+    send(d_.peers->draft, DraftStart{batch});
+    send(d_.peers->kv_router, AdmitWork{std::move(batch)});
+  }
+
+  /// Plans and sends a round of these running sequences.
+  void start_round(const std::vector<RequestId>& ids) {
     RoundBatch round;
     round.round = next_round_++;
     // The verify_plan slot decides each sequence's gamma; the window [pending, drafts]
     // must stay inside both models' positions.
     std::vector<PlanSequence> plan;
-    for (RequestId id : running_) {
+    for (RequestId id : ids) {
       const Request& r = requests_.at(id);
       const int32_t cap = r.gamma == 0 ? 0 : cfg().max_gamma;
       plan.push_back({id, r.gamma, std::max(0, std::min(cap, cfg().max_positions - 1 - r.position)), r.position});
     }
     std::vector<int32_t> gamma(plan.size(), 0);
     planner().plan(plan, costs_.costs(0), gamma);
-    for (size_t i = 0; i < running_.size(); ++i) {
-      Request& r = requests_.at(running_[i]);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Request& r = requests_.at(ids[i]);
+      r.in_round = true;
       RoundItem item;
-      item.request = running_[i];
+      item.request = ids[i];
       item.seq = r.seq;
       item.appended = std::move(r.appended);
       r.appended.clear();
@@ -216,13 +240,14 @@ class Scheduler : public scheduler_actor::base {
       round.items.push_back(std::move(item));
     }
     plan_views(round);
-    phase_ = Phase::round;
-    round_clock_.reset();
+    if (++rounds_in_flight_ > 1) ++overlapped_rounds_;
+    max_rounds_in_flight_ = std::max<int64_t>(max_rounds_in_flight_, rounds_in_flight_);
+    round_clocks_[round.round].reset();
     send(d_.peers->draft, DraftWork{std::move(round)});
   }
 
   void admitted(AdmitBatch& b) {
-    phase_ = Phase::idle;
+    admitting_ = false;
     global_times_.prefill_ms += b.prefill_ms;
     global_times_.commit_ms += b.commit_ms;
     for (AdmitItem& item : b.items) {
@@ -246,8 +271,12 @@ class Scheduler : public scheduler_actor::base {
   }
 
   void round_done(RoundBatch& b) {
-    phase_ = Phase::idle;
-    const double wall = round_clock_.elapsed_ms();
+    --rounds_in_flight_;
+    const auto clock = round_clocks_.find(b.round);
+    const double wall = clock->second.elapsed_ms();
+    round_clocks_.erase(clock);
+    for (const RoundItem& item : b.items)
+      if (auto it = requests_.find(item.request); it != requests_.end()) it->second.in_round = false;
     const RoundTimes& t = b.times;
     const double messaging =
         std::max(0.0, wall - t.draft_ms - t.draft_prefill_ms - t.verify_ms - t.reserve_ms - t.commit_ms);
@@ -456,6 +485,8 @@ class Scheduler : public scheduler_actor::base {
     s.commit_ms = global_times_.commit_ms;
     s.messaging_ms = global_times_.messaging_ms;
     s.draft_failures = global_times_.draft_failures;
+    s.overlapped_rounds = overlapped_rounds_;
+    s.max_rounds_in_flight = max_rounds_in_flight_;
     return s;
   }
 
@@ -470,10 +501,12 @@ class Scheduler : public scheduler_actor::base {
   std::map<RequestId, Request> requests_;
   std::deque<RequestId> waiting_;
   std::vector<RequestId> running_;
-  Phase phase_ = Phase::idle;
+  bool admitting_ = false;     // an admission batch in flight
+  int32_t rounds_in_flight_ = 0;
+  int64_t overlapped_rounds_ = 0, max_rounds_in_flight_ = 0;
   int64_t next_batch_ = 0, next_round_ = 0;
   int64_t budget_used_ = 0;
-  Stopwatch round_clock_;
+  std::map<int64_t, Stopwatch> round_clocks_;  // by round: since it was sent
   SpecStats counters_;      // merged per-request counters of finished requests
   SpecStats global_times_;  // per-batch times (a round counts once, however many requests)
 };

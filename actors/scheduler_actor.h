@@ -4,8 +4,13 @@
 /// round (which sequences, how many drafts), and streams results to clients.
 ///
 /// Continuous batching: requests join (after their prefill) and leave between rounds.
-/// Phases never overlap: an admission batch (prefill) and a round are never in flight at
-/// the same time, so the kv-router and the verifier never touch the KV store at once.
+/// With one micro-batch (scheduler.micro_batches 1, the default) phases never overlap: an
+/// admission batch (prefill) and a round are never in flight at the same time. With N > 1
+/// up to N rounds are in flight, each over its own share of the running sequences (a
+/// sequence is in at most one), beside an admission batch: the draft actor drafts one
+/// round while the verifier verifies another. The kv-router still lends the KV store to
+/// the verifier one forward at a time and holds other work back meanwhile
+/// (actors/kv_router_actor.cpp), so the two never touch the store at once.
 #include <memory>
 
 #include <caf/actor_system.hpp>
@@ -30,6 +35,9 @@ struct SchedulerConfig {
   int32_t max_positions = 0;   ///< smallest max_position_embeddings of target and draft
   std::vector<int32_t> eos_ids;
   bool speculative = true;     ///< false: every round is a plain decode step (gamma 0)
+  /// scheduler.micro_batches: rounds in flight at once, each of its own share of the
+  /// running sequences (1: one round, every sequence, at a time).
+  int32_t micro_batches = 1;
 };
 
 struct RetrievalActorStats;

@@ -72,6 +72,10 @@ void PipelineOptions::add_to(CLI::App& cmd) {
       [](const PipelineOptions& o, PipelineConfig& c) { c.scheduler.prefill_chunk = o.defaults_.scheduler.prefill_chunk; });
   add(cmd.add_option("--max-batch", d.scheduler.max_batch, "sequences per round")->check(CLI::PositiveNumber),
       [](const PipelineOptions& o, PipelineConfig& c) { c.scheduler.max_batch = o.defaults_.scheduler.max_batch; });
+  add(cmd.add_option("--micro-batches", d.scheduler.micro_batches,
+                     "rounds in flight at once: the running sequences split into this many micro-batches")
+          ->check(CLI::Range(1, 16)),
+      [](const PipelineOptions& o, PipelineConfig& c) { c.scheduler.micro_batches = o.defaults_.scheduler.micro_batches; });
 }
 
 GlobalOptions& global_options() {

@@ -90,6 +90,9 @@ struct SchedulerSection {
   int32_t max_queue = 1024;    ///< waiting requests before new ones are refused ("overloaded")
   int32_t prefill_chunk = 256; ///< prompt tokens per sequence per prefill forward
   int32_t actor_threads = 1;   ///< CAF scheduler threads
+  /// Rounds in flight at once: the running sequences split into this many micro-batches,
+  /// each a round of its own, so one drafts while another verifies (1: one round at a time).
+  int32_t micro_batches = 1;
 };
 
 /// CURVE authentication of the ZeroMQ endpoint (docs/PROTOCOL.md, "Security"). Each

@@ -108,6 +108,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   scheduler.put("max_queue", c.scheduler.max_queue);
   scheduler.put("prefill_chunk", c.scheduler.prefill_chunk);
   scheduler.put("actor_threads", c.scheduler.actor_threads);
+  scheduler.put("micro_batches", c.scheduler.micro_batches);
   scheduler.end();
   MapWriter server = top.begin("server");
   server.put("endpoint", c.server.endpoint);

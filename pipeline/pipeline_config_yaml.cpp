@@ -195,11 +195,12 @@ std::vector<PluginConfig> read_plugins(const Section& top, const YAML::Node& roo
 }
 
 void read_scheduler(const Section& top, SchedulerSection& c) {
-  const Section s = top.child("scheduler", {"max_batch", "max_queue", "prefill_chunk", "actor_threads"});
+  const Section s = top.child("scheduler", {"max_batch", "max_queue", "prefill_chunk", "actor_threads", "micro_batches"});
   s.read("max_batch", c.max_batch, IntRange{1, 4096});
   s.read("max_queue", c.max_queue, IntRange{1, kMillion});
   s.read("prefill_chunk", c.prefill_chunk, IntRange{1, 65536});
   s.read("actor_threads", c.actor_threads, IntRange{1, 64});
+  s.read("micro_batches", c.micro_batches, IntRange{1, 16});
 }
 
 /// "HOST:PORT" with a non-empty host and a port of 0-65535 (the HTTP gateway resolves the host).

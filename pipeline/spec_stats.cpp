@@ -54,6 +54,8 @@ void SpecStats::merge(const SpecStats& o) {
   cached_prompt_tokens += o.cached_prompt_tokens;
   draft_failures += o.draft_failures;
   drafted_ahead += o.drafted_ahead;
+  overlapped_rounds += o.overlapped_rounds;
+  max_rounds_in_flight = std::max(max_rounds_in_flight, o.max_rounds_in_flight);
   prefill_ms += o.prefill_ms;
   draft_ms += o.draft_ms;
   verify_ms += o.verify_ms;

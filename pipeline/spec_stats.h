@@ -44,6 +44,10 @@ struct SpecStats {
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0;
   int64_t draft_failures = 0;  ///< rounds whose drafter failed and ran without drafts
   int64_t drafted_ahead = 0;   ///< rounds whose drafts were made during the previous round
+  /// Engine-wide (scheduler.micro_batches > 1): rounds started while another round was in
+  /// flight, and the most rounds in flight at once.
+  int64_t overlapped_rounds = 0;
+  int64_t max_rounds_in_flight = 0;
   double prefill_ms = 0;    ///< target + draft prompt forwards
   double draft_ms = 0;      ///< drafter compute in rounds
   double verify_ms = 0;     ///< target forward + acceptance in rounds

@@ -43,8 +43,8 @@ skip='^$'
 # engine's blocking queries, the endpoint's socket thread), not everything: a TSAN build of
 # all targets is heavy on 2 cores. CAF is rebuilt with TSAN (scripts/build-caf-tsan.sh), else its
 # uninstrumented mailboxes hide the ordering of every message from TSAN.
-tsan_targets=(actor_threads_test concurrent_requests_test round_protocol_test endpoint_test)
-tsan_tests='^(ActorThreads|ConcurrentRequests|EndpointTest)\.|^actors\.round_protocol$'
+tsan_targets=(actor_threads_test concurrent_requests_test round_protocol_test endpoint_test micro_batches_test)
+tsan_tests='^(ActorThreads|ConcurrentRequests|EndpointTest|MicroBatches)\.|^actors\.round_protocol$'
 tsan=0
 for arg in "$@"; do
   case "$arg" in

@@ -186,6 +186,11 @@ nlohmann::json stats_json(const SpecStats& s) {
           {"commit_ms", s.commit_ms},
           {"messaging_ms", s.messaging_ms},
           {"wall_ms", s.wall_ms}};
+  // scheduler.micro_batches > 1: only where rounds were in flight together.
+  if (s.max_rounds_in_flight > 1) {
+    j["overlapped_rounds"] = s.overlapped_rounds;
+    j["max_rounds_in_flight"] = s.max_rounds_in_flight;
+  }
   // SpecPV (slot verify_view): only where a partial view was used.
   if (s.view.partial_rounds() > 0) j["verify_view"] = view_stats_json(s.view);
   return j;

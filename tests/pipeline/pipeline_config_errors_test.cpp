@@ -107,6 +107,7 @@ const BadConfig kBadConfigs[] = {
    "out of range [256, 1073741824]"},
   {"GraceTooLong", "server: {shutdown_grace_ms: 600001}", "server.shutdown_grace_ms", "out of range [0, 600000]"},
   {"ActorThreadsTooMany", "scheduler: {actor_threads: 65}", "scheduler.actor_threads", "out of range [1, 64]"},
+  {"MicroBatchesZero", "scheduler: {micro_batches: 0}", "scheduler.micro_batches", "out of range [1, 16]"},
   {"PrefillChunkTooLarge", "scheduler: {prefill_chunk: 65537}", "scheduler.prefill_chunk", "out of range"},
   {"InflightZero", "server: {max_inflight: 0}", "server.max_inflight", "out of range [1, 1000000]"},
   {"PerClientInflightZero", "server: {max_inflight_per_client: 0}", "server.max_inflight_per_client",

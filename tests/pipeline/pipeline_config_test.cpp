@@ -59,7 +59,7 @@ slots:
   verify_plan: {type: fixed}
   kv_write: {type: direct}
   acceptance: {type: standard}
-scheduler: {max_batch: 8, max_queue: 100, prefill_chunk: 64, actor_threads: 2}
+scheduler: {max_batch: 8, max_queue: 100, prefill_chunk: 64, actor_threads: 2, micro_batches: 3}
 server: {endpoint: "ipc:///tmp/specpipe.sock", max_message_bytes: 4096, max_inflight: 10, shutdown_grace_ms: 0,
          http: "127.0.0.1:0", http_timeout_ms: 2500}
 defaults: {max_tokens: 0, temperature: 1.5, top_k: 40, top_p: 0.5, stop_at_eos: false}
@@ -87,6 +87,7 @@ logging: {level: debug}
   EXPECT_EQ(c.scheduler.max_queue, 100);
   EXPECT_EQ(c.scheduler.prefill_chunk, 64);
   EXPECT_EQ(c.scheduler.actor_threads, 2);
+  EXPECT_EQ(c.scheduler.micro_batches, 3);
   EXPECT_EQ(c.server.endpoint, "ipc:///tmp/specpipe.sock");
   EXPECT_EQ(c.server.max_message_bytes, 4096);
   EXPECT_EQ(c.server.max_inflight, 10);
@@ -111,7 +112,7 @@ TEST(PipelineConfig, BoundsThemselvesAreAccepted) {
   const PipelineConfig c = parse_pipeline_config(R"(
 kv: {tokens: 2147483648, block_size: 1024}
 slots: {drafter: {type: none, gamma: 0, max_gamma: 0, ngram: {max_n: 16, min_n: 16}}}
-scheduler: {max_batch: 4096, max_queue: 1000000, prefill_chunk: 65536, actor_threads: 64}
+scheduler: {max_batch: 4096, max_queue: 1000000, prefill_chunk: 65536, actor_threads: 64, micro_batches: 16}
 server: {max_message_bytes: 1073741824, max_inflight: 1000000, shutdown_grace_ms: 600000}
 defaults: {max_tokens: 1000000, temperature: +0, top_p: 1, top_k: 2147483647}
 )",

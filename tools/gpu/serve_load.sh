@@ -24,7 +24,8 @@
 #     DRAFT_GAMMAS=4 OUT=/tmp/serve-cpu bash tools/gpu/serve_load.sh
 # Environment: DEVICE (cuda:0), CLIENTS ("1 8 32 128"), REQUESTS (per-client requests by
 # level, "1:16 8:4 32:4 128:2": 16 at one client covers every public prompt alone),
-# MAX_TOKENS (64), DRAFT_GAMMAS ("2 4 6"), NGRAM_GAMMA (4), MODES ("plain draft ngram scv"),
+# MAX_TOKENS (64), DRAFT_GAMMAS ("2 4 6"), NGRAM_GAMMA (4), MODES ("plain draft ngram scv";
+# also plain_mb and draft_mb: two micro-batches in flight, serve_load_micro.yaml),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
 # SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
 # syncs too), PACK (below), OUT ($OUT or gpu-out/).
@@ -103,6 +104,9 @@ run_modes() {
       draft) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g$g" "$here/serve_load.yaml" --drafter model --gamma "$g"; done ;;
       ngram) run_mode "${prefix}ngram_g${NGRAM_GAMMA:-4}" "$here/serve_load.yaml" --drafter ngram --gamma "${NGRAM_GAMMA:-4}" ;;
       scv) run_mode "${prefix}scv" "$here/serve_load_scv.yaml" ;;
+      # Two rounds in flight (scheduler.micro_batches 2, four actor threads: serve_load_micro.yaml).
+      plain_mb) run_mode "${prefix}plain_mb2" "$here/serve_load_micro.yaml" --no-spec ;;
+      draft_mb) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g${g}_mb2" "$here/serve_load_micro.yaml" --drafter model --gamma "$g"; done ;;
       *) echo "serve_load: unknown mode $mode" >&2; exit 2 ;;
     esac
   done
