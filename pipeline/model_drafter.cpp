@@ -75,8 +75,12 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   last_drafts_.clear();
   out.assign(items.size(), Proposal{});
   std::vector<Sequence*> seqs;
-  int32_t longest = 0;  // the largest gamma of the batch: the steps drafted
-  bool chain = true;  // every item greedy with the same gamma
+  int32_t longest = 0;    // the largest gamma of the batch: the steps drafted
+  size_t drafting = 0;    // items with gamma > 0: the windows of each step
+  // Every drafting item greedy: one chain of the longest gamma for all of them, each
+  // keeping its own gamma's drafts (a verify_plan strategy gives sequences different
+  // gammas; a chain's extra rows cost little beside a forward and a sync per step).
+  bool chain = true;
   for (const DraftItem& item : items) {
     Sequence& s = at(item.request);
     if (item.rewind >= 0 && static_cast<size_t>(item.rewind) < s.context.size()) {
@@ -87,21 +91,30 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
     s.context.insert(s.context.end(), item.appended.begin(), item.appended.end());
     seqs.push_back(&s);
     longest = std::max(longest, item.gamma);
-    chain = chain && item.sampling.temperature == 0.0f && item.gamma == items.front().gamma;
+    if (item.gamma > 0) {
+      ++drafting;
+      chain = chain && item.sampling.temperature == 0.0f;
+    }
   }
-  // A catch-up longer than this is prefilled on its own first, so that one step's
-  // windows stay within the model's tokens per forward.
-  const auto per_item = model_->max_forward_tokens() / static_cast<int32_t>(std::max<size_t>(items.size(), 1));
+  // A catch-up longer than this is prefilled first (all such together), so that one
+  // step's windows stay within the model's tokens per forward. Sequences at gamma 0 draft
+  // nothing and feed nothing: their K/V catch up when they draft again.
+  const auto per_item = model_->max_forward_tokens() / static_cast<int32_t>(std::max<size_t>(drafting, 1));
   const auto batch_feed = static_cast<size_t>(std::max(2, std::min(prefill_chunk_, per_item)));
   // What a draft-ahead chain left: matching K/V, and on a chain round maybe the drafts.
   std::vector<bool> ready(items.size(), false);
   for (size_t i = 0; i < items.size(); ++i)
-    out[i].made_ahead = ready[i] = adopt_ahead(items[i].request, *seqs[i], chain ? longest : 0, out[i].tokens);
+    out[i].made_ahead = ready[i] =
+        adopt_ahead(items[i].request, *seqs[i], chain ? items[i].gamma : 0, out[i].tokens);
+  std::vector<bool> feeds(items.size(), false);
+  for (size_t i = 0; i < items.size(); ++i) feeds[i] = items[i].gamma > 0 && !ready[i];
+  prefill_long_catch_ups(seqs, feeds, batch_feed);
   if (chain && longest > 0) {
     if (drafts_on_device_ && launch_chain(items, seqs, batch_feed, ready, out)) return;
-    propose_chain(items, seqs, batch_feed, ready, out);
+    propose_chain(items, seqs, batch_feed, ready, longest, out);
     if (draft_ahead_) {
-      for (size_t i = 0; i < items.size(); ++i) last_drafts_.emplace_back(items[i].request, out[i].tokens.back());
+      for (size_t i = 0; i < items.size(); ++i)
+        if (items[i].gamma > 0) last_drafts_.emplace_back(items[i].request, out[i].tokens.back());
       last_gamma_ = longest;
     }
     return;
@@ -145,32 +158,54 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   // the target accepts them; the next round's catch_up trims what it rejected.
 }
 
-void ModelDrafter::chain_windows(std::span<Sequence* const> seqs, size_t max_feed, int32_t gamma,
-                                 const std::vector<bool>& ready, std::vector<ForwardWindow>& windows,
+void ModelDrafter::prefill_long_catch_ups(std::span<Sequence* const> seqs, const std::vector<bool>& feeds,
+                                          size_t max_feed) {
+  std::vector<PrefillItem> long_feeds;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!feeds[i]) continue;
+    const std::span<const int32_t> feed = catch_up(*seqs[i]);
+    if (feed.size() <= max_feed) continue;
+    // All but the last token, which joins the first step's window. Batch invariance
+    // makes this the same as feeding it all at once.
+    const SeqId seq = seqs[i]->seq;
+    long_feeds.push_back({seq, feed.first(feed.size() - 1)});
+    kv_.reserve(seq, kv_.length(seq) + static_cast<int32_t>(feed.size() - 1));
+  }
+  if (long_feeds.empty()) return;
+  const Stopwatch clock;
+  prefill_windows(*model_, kv_, writer_, long_feeds, prefill_chunk_, logits_);
+  prefill_ms_ += clock.elapsed_ms();
+  for (const PrefillItem& p : long_feeds) kv_.commit(p.seq, p.tokens);
+}
+
+void ModelDrafter::chain_windows(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
+                                 int32_t gamma, const std::vector<bool>& ready, std::vector<ForwardWindow>& windows,
                                  std::vector<size_t>& owner) {
   for (size_t i = 0; i < seqs.size(); ++i) {
-    if (ready[i]) continue;
+    if (ready[i] || items[i].gamma == 0) continue;
     windows.push_back(first_window(*seqs[i], max_feed, gamma - 1, /*greedy=*/true));
     owner.push_back(i);
   }
 }
 
 void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs,
-                                 size_t max_feed, const std::vector<bool>& ready, std::vector<Proposal>& out) {
-  const int32_t gamma = items.front().gamma;
+                                 size_t max_feed, const std::vector<bool>& ready, int32_t gamma,
+                                 std::vector<Proposal>& out) {
   std::vector<ForwardWindow> windows;
   std::vector<size_t> owner;
-  chain_windows(seqs, max_feed, gamma, ready, windows, owner);
+  chain_windows(items, seqs, max_feed, gamma, ready, windows, owner);
   if (windows.empty()) return;
   model_->forward_greedy_chain(windows, gamma, kv_, writer_, chain_ids_);
   const size_t n = windows.size();
   for (size_t w = 0; w < n; ++w) {
-    // The K/V of the catch-up and of every draft but the last (never fed) are in the
-    // pool: commit them, as the step-by-step path does.
+    // The K/V of the catch-up and of every draft but the last of the item's own gamma
+    // (never fed) are in the pool: commit them, as the step-by-step path does. Rows past
+    // its gamma stay reserved and uncommitted, to be overwritten.
+    const int32_t own = items[owner[w]].gamma;
     std::vector<int32_t>& drafts = out[owner[w]].tokens;
     kv_.commit(windows[w].seq, windows[w].tokens);
-    for (int32_t step = 0; step < gamma; ++step) drafts.push_back(chain_ids_[static_cast<size_t>(step) * n + w]);
-    kv_.commit(windows[w].seq, std::span<const int32_t>(drafts).first(static_cast<size_t>(gamma - 1)));
+    for (int32_t step = 0; step < own; ++step) drafts.push_back(chain_ids_[static_cast<size_t>(step) * n + w]);
+    kv_.commit(windows[w].seq, std::span<const int32_t>(drafts).first(static_cast<size_t>(own - 1)));
   }
 }
 
@@ -185,7 +220,7 @@ bool ModelDrafter::launch_chain(std::span<const DraftItem> items, std::span<Sequ
     return false;
   std::vector<ForwardWindow> windows;
   std::vector<size_t> owner;
-  chain_windows(seqs, max_feed, gamma, ready, windows, owner);
+  chain_windows(items, seqs, max_feed, gamma, ready, windows, owner);
   // With draft-ahead the chain goes on as after_propose's would (feed the last draft,
   // gamma + 1 steps more); the items whose drafts were made ahead join it fed their last
   // draft, as in after_propose. When it is too long (checked above) or a window has no

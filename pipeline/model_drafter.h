@@ -5,9 +5,11 @@
 /// sequence's first proposal, then normally the pending token, plus the last draft when
 /// all drafts were accepted), after trimming
 /// whatever the target rejected, then extends every sequence one token at a time. All
-/// sequences of a round share each forward (varlen batch). When every sequence drafts
-/// greedily the same number of tokens, the round is one ForwardModel::forward_greedy_chain
-/// (a device model then drafts all of them without a host round trip per token).
+/// sequences of a round share each forward (varlen batch). When every drafting sequence
+/// drafts greedily, the round is one ForwardModel::forward_greedy_chain of the longest
+/// gamma (a device model then drafts all of them without a host round trip per token);
+/// a sequence with a shorter gamma keeps that many. A sequence at gamma 0 costs nothing:
+/// its K/V catch up, batched with the others', when it drafts again.
 ///
 /// Draft-ahead (optional): after a greedy chain round has gone to the target
 /// (after_propose), the drafter goes on drafting as if the target will accept every draft:
@@ -79,21 +81,29 @@ class ModelDrafter final : public Drafter {
   /// Step 0's window of one sequence: its catch-up, after prefilling all but the last
   /// token of one longer than `max_feed`; reserves `extra` positions after it.
   ForwardWindow first_window(Sequence& s, size_t max_feed, int32_t extra, bool greedy);
+  /// Prefills, in one batched pass, every catch-up longer than `max_feed` of the items
+  /// marked in `feeds` (all but its last token): sequences back from gamma 0 after many
+  /// rounds, or drafting for the first time, cost one forward per chunk together.
+  void prefill_long_catch_ups(std::span<Sequence* const> seqs, const std::vector<bool>& feeds, size_t max_feed);
   /// A chain round's step-0 windows (first_window, gamma - 1 positions reserved after
-  /// each) of the items whose drafts the draft-ahead did not make, and their indices.
-  void chain_windows(std::span<Sequence* const> seqs, size_t max_feed, int32_t gamma, const std::vector<bool>& ready,
-                     std::vector<ForwardWindow>& windows, std::vector<size_t>& owner);
-  /// The chain path of propose (all greedy, one gamma) for the items whose drafts the
-  /// draft-ahead did not already make (ready[i]).
+  /// each) of the items with gamma > 0 whose drafts the draft-ahead did not make, and
+  /// their indices.
+  void chain_windows(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
+                     int32_t gamma, const std::vector<bool>& ready, std::vector<ForwardWindow>& windows,
+                     std::vector<size_t>& owner);
+  /// The chain path of propose (every drafting item greedy): one chain of `gamma` steps,
+  /// the longest of the round, for the items with gamma > 0 whose drafts the draft-ahead
+  /// did not already make (ready[i]); each keeps its own gamma's drafts.
   void propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
-                     const std::vector<bool>& ready, std::vector<Proposal>& out);
+                     const std::vector<bool>& ready, int32_t gamma, std::vector<Proposal>& out);
 
   /// propose_chain without waiting (keep_drafts_on_device): launches one chain for the
   /// items the draft-ahead did not make, their drafts then (with draft-ahead) the
   /// draft-ahead chain's gamma + 1 steps, which the ready items join fed their last draft.
-  /// Returns false when it cannot (mixed gammas; with draft-ahead, a chain of 2 gamma + 1
-  /// steps too long for the model or without room): the caller runs propose_chain, whose
-  /// windows it may have prepared already (first_window gives the same ones again).
+  /// Returns false when it cannot (gammas not all equal, gamma 0 included; with
+  /// draft-ahead, a chain of 2 gamma + 1 steps too long for the model or without room):
+  /// the caller runs propose_chain, whose windows it may have prepared already
+  /// (first_window gives the same ones again).
   bool launch_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
                     const std::vector<bool>& ready, std::vector<Proposal>& out);
 

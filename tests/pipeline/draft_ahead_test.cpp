@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,30 @@ struct Driven {
   std::vector<int32_t> appended;        // what the next round appends
 };
 
+/// Four golden sequences, started in every drafter given.
+std::vector<Driven> start_four(std::initializer_list<ModelDrafter*> drafters) {
+  std::vector<Driven> seqs;
+  const auto& cases = test::golden_public()["cases"];
+  for (size_t i = 0; i < 4; ++i) {
+    Driven d{test::ids(cases[i]["prompt_ids"]), test::ids(cases[i]["target_greedy_96"]), 0, {}};
+    d.appended = {d.prompt.back()};
+    const std::span<const int32_t> context(d.prompt.data(), d.prompt.size() - 1);
+    for (ModelDrafter* drafter : drafters) drafter->start(static_cast<RequestId>(i), context);
+    seqs.push_back(std::move(d));
+  }
+  return seqs;
+}
+
+/// Greedy verification against the target: the drafts that match it, then its token,
+/// are what the next round appends.
+void verify(Driven& d, const std::vector<int32_t>& drafts) {
+  size_t a = 0;
+  while (a < drafts.size() && drafts[a] == d.target[d.emitted + a]) ++a;
+  d.appended.assign(drafts.begin(), drafts.begin() + static_cast<std::ptrdiff_t>(a));
+  d.appended.push_back(d.target[d.emitted + a]);
+  d.emitted += a + 1;
+}
+
 std::unique_ptr<ModelDrafter> make_drafter(bool ahead) {
   return std::make_unique<ModelDrafter>(std::make_unique<test::LimitedModel>(test::model("demo-draft")), 256, 16,
                                         /*prefill_chunk=*/64, ahead);
@@ -34,16 +59,7 @@ std::unique_ptr<ModelDrafter> make_drafter(bool ahead) {
 
 TEST(DraftAhead, ProposesTheSameDraftsAsDraftingOnDemand) {
   auto plain = make_drafter(false), ahead = make_drafter(true);
-  std::vector<Driven> seqs;
-  const auto& cases = test::golden_public()["cases"];
-  for (size_t i = 0; i < 4; ++i) {
-    Driven d{test::ids(cases[i]["prompt_ids"]), test::ids(cases[i]["target_greedy_96"]), 0, {}};
-    d.appended = {d.prompt.back()};
-    const std::span<const int32_t> context(d.prompt.data(), d.prompt.size() - 1);
-    plain->start(static_cast<RequestId>(i), context);
-    ahead->start(static_cast<RequestId>(i), context);
-    seqs.push_back(std::move(d));
-  }
+  std::vector<Driven> seqs = start_four({plain.get(), ahead.get()});
   const int32_t gammas[] = {4, 4, 4, 2, 4, 5, 5, 3, 6, 4};
   std::vector<Rng> rng_plain(seqs.size(), Rng(7)), rng_ahead(seqs.size(), Rng(7));
   int rounds = 0;
@@ -67,13 +83,7 @@ TEST(DraftAhead, ProposesTheSameDraftsAsDraftingOnDemand) {
     ASSERT_NO_THROW(ahead->kv().check_invariants()) << "round " << round;
     for (size_t i = 0; i < seqs.size(); ++i) {
       ASSERT_EQ(got[i].tokens, want[i].tokens) << "round " << round << ", sequence " << i;
-      // Greedy verification against the target: the drafts that match it, then its token.
-      Driven& d = seqs[i];
-      size_t a = 0;
-      while (a < want[i].tokens.size() && want[i].tokens[a] == d.target[d.emitted + a]) ++a;
-      d.appended.assign(want[i].tokens.begin(), want[i].tokens.begin() + static_cast<std::ptrdiff_t>(a));
-      d.appended.push_back(d.target[d.emitted + a]);
-      d.emitted += a + 1;
+      verify(seqs[i], want[i].tokens);
     }
     ++rounds;
   }
@@ -129,6 +139,72 @@ TEST(DraftAhead, ReportsTheCatchUpPrefillOnce) {
   drafter->propose(items, out);
   EXPECT_EQ(drafter->take_prefill_ms(), 0.0);  // a short catch-up joins the drafting window
   drafter->finish(1);
+}
+
+TEST(DraftGammas, EachSequenceKeepsItsOwnGammaAndGammaZeroCostsNothing) {
+  // A verify_plan strategy (SCV) gives each sequence its own gamma, 0 for some. The
+  // drafter runs one chain of the longest gamma for all drafting sequences: each must
+  // get exactly its gamma's drafts, the same tokens as drafting alone; a round at gamma 0
+  // for all runs no draft forward; a sequence back from gamma 0 catches up with the
+  // others in one batched prefill. With draft-ahead on, so that its chains meet gammas
+  // that change from round to round.
+  auto mixed_model = std::make_unique<test::LimitedModel>(test::model("demo-draft"));
+  test::LimitedModel* counted = mixed_model.get();
+  ModelDrafter mixed(std::move(mixed_model), 256, 16, /*prefill_chunk=*/64, /*draft_ahead=*/true);
+  std::vector<std::unique_ptr<ModelDrafter>> alone;  // one per sequence, no draft-ahead
+  std::vector<Driven> seqs = start_four({&mixed});
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    alone.push_back(make_drafter(false));
+    const Driven& d = seqs[i];
+    alone.back()->start(static_cast<RequestId>(i), std::span<const int32_t>(d.prompt.data(), d.prompt.size() - 1));
+  }
+  const int32_t plan[][4] = {{0, 0, 0, 0}, {2, 5, 0, 3}, {2, 5, 0, 3}, {0, 4, 4, 1}, {0, 0, 0, 0},
+                             {6, 0, 2, 2}, {3, 3, 3, 3}, {1, 0, 6, 0}, {0, 0, 0, 0}, {4, 4, 0, 4}};
+  Rng rng(1);
+  int rounds = 0, off_rounds = 0;
+  for (int round = 0;; ++round) {
+    const int32_t* gamma = plan[round % 10];
+    bool fits = true;
+    for (size_t i = 0; i < seqs.size(); ++i) fits = fits && seqs[i].emitted + gamma[i] + 1 <= seqs[i].target.size();
+    if (!fits) break;
+    std::vector<DraftItem> items;
+    for (size_t i = 0; i < seqs.size(); ++i)
+      items.push_back({static_cast<RequestId>(i), seqs[i].appended, gamma[i], cpu::SamplingParams{}, &rng});
+    const int forwards_before = counted->forwards;
+    std::vector<Proposal> got;
+    mixed.propose(items, got);
+    const bool all_off = std::all_of(gamma, gamma + 4, [](int32_t g) { return g == 0; });
+    if (all_off) {
+      EXPECT_EQ(counted->forwards, forwards_before) << "round " << round << ": speculation off ran the draft model";
+      ++off_rounds;
+    }
+    if (round == 1) {
+      // The first drafts after an all-off round 0: each drafting sequence's catch-up is
+      // its prompt and round 0's token; those longer than a chain window (64 tokens here)
+      // are prefilled together, one forward per 64-token chunk, then the 5-step chain.
+      int passes = 0;
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const auto feed = static_cast<int>(seqs[i].prompt.size()) + 1;
+        if (gamma[i] > 0 && feed > 64) passes = std::max(passes, (feed - 1 + 63) / 64);
+      }
+      EXPECT_EQ(counted->forwards - forwards_before, passes + 5);
+    }
+    mixed.after_propose();
+    ASSERT_NO_THROW(mixed.kv().check_invariants()) << "round " << round;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      std::vector<Proposal> want;
+      alone[i]->propose(std::span(&items[i], 1), want);
+      ASSERT_EQ(got[i].tokens.size(), static_cast<size_t>(gamma[i])) << "round " << round << ", sequence " << i;
+      ASSERT_EQ(got[i].tokens, want[0].tokens) << "round " << round << ", sequence " << i;
+      verify(seqs[i], got[i].tokens);
+    }
+    ++rounds;
+  }
+  EXPECT_GE(rounds, 20);
+  EXPECT_GE(off_rounds, 3);
+  for (size_t i = 0; i < seqs.size(); ++i) mixed.finish(static_cast<RequestId>(i));
+  const KvOccupancy kv = mixed.kv().occupancy();
+  EXPECT_EQ(kv.free_blocks, kv.total_blocks);
 }
 
 }  // namespace
