@@ -223,7 +223,7 @@ class Scheduler : public scheduler_actor::base {
       plan.push_back({id, r.gamma, std::max(0, std::min(cap, cfg().max_positions - 1 - r.position)), r.position});
     }
     std::vector<int32_t> gamma(plan.size(), 0);
-    planner().plan(plan, costs_.costs(0), gamma);
+    planner().plan(plan, costs_.costs(static_cast<int32_t>(plan.size()), 0), gamma);
     for (size_t i = 0; i < ids.size(); ++i) {
       Request& r = requests_.at(ids[i]);
       r.in_round = true;
@@ -298,7 +298,7 @@ class Scheduler : public scheduler_actor::base {
       if (item.error.empty())
         observed.push_back({item.request, static_cast<int32_t>(item.drafts.size()), std::max(0, item.accepted - held)});
     }
-    costs_.add_round(draft_steps, t.draft_ms, window_tokens, t.verify_ms);
+    costs_.add_round({static_cast<int32_t>(b.items.size()), draft_steps, window_tokens, t.draft_ms, t.verify_ms, wall});
     planner().observe(observed);
     observe_views(b);
     for (RoundItem& item : b.items) {

@@ -20,7 +20,7 @@ void PluginVerifyPlanner::plan(std::span<const PlanSequence> sequences, const Pl
     for (const PlanSequence& s : sequences)
       in.push_back({s.request, s.gamma, std::max(0, s.gamma_cap), s.context_length});
     const specpipe_plan_costs c{sizeof(specpipe_plan_costs), costs.draft_step_ms, costs.verify_base_ms,
-                                costs.verify_token_ms, costs.token_budget};
+                                costs.verify_token_ms, costs.token_budget, costs.draft_base_ms};
     std::fill(gamma.begin(), gamma.end(), -1);
     const specpipe_status s = plugin_->call("plan", [&](char* err, size_t n) {
       return plugin_->table().verify_plan->plan(plugin_->handle(), in.data(), static_cast<int32_t>(in.size()), &c,
@@ -85,12 +85,40 @@ double RecentLine::slope() const { return std::max(0.0, raw_slope()); }
 
 double RecentLine::intercept() const { return std::max(0.0, mean_y() - slope() * mean_x()); }
 
-void CostModel::add_round(int32_t draft_steps, double draft_ms, int64_t window_tokens, double verify_ms) {
-  if (draft_steps > 0) draft_.add(draft_steps, draft_ms);
-  verify_.add(static_cast<double>(window_tokens), verify_ms);
+size_t CostModel::bucket_of(int32_t sequences) {
+  if (sequences <= 1) return 0;
+  const auto b = static_cast<size_t>(std::lround(std::log2(static_cast<double>(sequences))));
+  return std::min(b, kBuckets - 1);
 }
 
-PlanCosts CostModel::costs(int32_t token_budget) const {
+double CostModel::token_ms(const Bucket& b, const PlanCosts& pooled) const {
+  // This batch size's slope once its window lengths have varied by a tenth (drafts of
+  // different lengths, rounds with and without drafts); until then the pooled one.
+  if (!b.verify.empty()) {
+    const double spread = 0.1 * b.verify.mean_x();
+    if (b.verify.has_slope(std::max(1.0, spread * spread))) return b.verify.slope();
+  }
+  return pooled.verify_token_ms;
+}
+
+void CostModel::add_round(const RoundSample& r) {
+  if (r.draft_steps > 0) draft_.add(r.draft_steps, r.draft_ms);
+  verify_.add(static_cast<double>(r.window_tokens), r.verify_ms);
+  if (r.sequences <= 0) return;
+  Bucket& b = buckets_[bucket_of(r.sequences)];
+  b.verify.add(static_cast<double>(r.window_tokens), r.verify_ms);
+  if (!(r.wall_ms > 0)) return;
+  if (r.draft_steps == 0) {
+    b.plain.add(r.sequences, r.wall_ms);
+  } else {
+    // The drafts' window tokens at this batch size's slope come off: what is left is
+    // plain, the drafter's fixed cost and its steps.
+    const auto extra = static_cast<double>(r.window_tokens - r.sequences);
+    b.drafting.add(r.draft_steps, r.wall_ms - token_ms(b, pooled(0)) * extra);
+  }
+}
+
+PlanCosts CostModel::pooled(int32_t token_budget) const {
   PlanCosts c;
   c.token_budget = token_budget;
   if (verify_.empty()) return c;  // nothing measured yet
@@ -113,9 +141,44 @@ PlanCosts CostModel::costs(int32_t token_budget) const {
     const double fixed = draft_.mean_y() - slope * draft_.mean_x();
     if (slope > 0 && fixed >= 0) {
       c.draft_step_ms = slope;
-      c.verify_base_ms += fixed;  // paid once a round, whatever the gamma
+      c.draft_base_ms = fixed;  // paid once a round that drafts, whatever the gamma
     }
   }
+  return c;
+}
+
+PlanCosts CostModel::costs(int32_t sequences, int32_t token_budget) const {
+  PlanCosts c = pooled(token_budget);
+  if (sequences <= 0) return c;
+  const Bucket& b = buckets_[bucket_of(sequences)];
+  if (b.plain.empty() && b.drafting.empty()) return c;  // a batch size not seen yet
+  const double t = token_ms(b, c);
+  const auto n = static_cast<double>(sequences);
+  // A round without drafts at this batch size: measured, or else (no such round yet)
+  // the drafting line at zero steps, or else the pooled verify line at n tokens.
+  double plain = b.plain.empty() ? c.verify_base_ms + t * n : b.plain.mean_y() + t * (n - b.plain.mean_x());
+  if (!b.drafting.empty()) {
+    // Drafting rounds whose steps varied by about a step give the line: its slope (>= 0:
+    // a flat line means the steps cost nothing next to the drafter's fixed cost) is a
+    // step, and what it has above plain at zero steps the fixed cost. Rounds of about one
+    // length, or a line below plain at zero steps: all they cost beyond plain is per step.
+    const RecentLine& d = b.drafting;
+    constexpr double kMinStepVariance = 0.5;
+    c.draft_base_ms = 0;
+    c.draft_step_ms = -1;
+    if (d.has_slope(kMinStepVariance)) {
+      const double step = std::max(0.0, d.raw_slope());
+      const double at_zero = d.mean_y() - step * d.mean_x();
+      if (b.plain.empty() && at_zero > 0) plain = at_zero;
+      if (at_zero >= plain) {
+        c.draft_step_ms = step;
+        c.draft_base_ms = at_zero - plain;
+      }
+    }
+    if (c.draft_step_ms < 0) c.draft_step_ms = std::max(0.0, d.mean_y() - plain) / d.mean_x();
+  }
+  c.verify_token_ms = t;
+  c.verify_base_ms = std::max(0.0, plain - t * n);
   return c;
 }
 

@@ -4,6 +4,7 @@
 /// acceptance estimates and the measured costs the CostModel keeps.
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -23,13 +24,19 @@ struct PlanSequence {
   int32_t context_length;
 };
 
+/// A round of n sequences with gammas g_i, G = max g_i, costs
+///   (G > 0 ? draft_base_ms : 0) + G * draft_step_ms + verify_base_ms + verify_token_ms * sum_i (1 + g_i).
 struct PlanCosts {
   double draft_step_ms = 0;    ///< one more draft step for the batch (the marginal cost)
-  /// A round's fixed cost: the verify forward at zero window tokens plus what drafting
-  /// costs whatever the gamma (a device drafter's sync and catch-up window).
+  /// A round's fixed cost with or without drafts: with verify_token_ms * n, what a round
+  /// of n sequences without drafts costs.
   double verify_base_ms = 0;
   double verify_token_ms = 0;  ///< each window token's extra cost
   int32_t token_budget = 0;    ///< most window tokens per verify pass (0: none)
+  /// What a round pays once any sequence drafts, whatever the gamma: the drafter's fixed
+  /// cost (on a device its sync and catch-up window) and the round's extra host work.
+  /// Speculation off for the whole batch saves it.
+  double draft_base_ms = 0;
 };
 
 struct PlanObservation {
@@ -91,21 +98,56 @@ class RecentLine {
   double w_ = 0, wx_ = 0, wy_ = 0, wxx_ = 0, wxy_ = 0;
 };
 
-/// Running estimates of the costs a planner needs, from each round's measurements: draft
-/// time and verify time, each a line over the round's draft steps / window tokens. A
-/// drafter's fixed cost per round (on a device: one sync and the catch-up window per
-/// chain) goes to the round's fixed cost, so the planner weighs one more draft at its
-/// marginal price. Until the draft steps have varied by about a step, or when the fit
-/// is implausible (a negative fixed cost), all draft time counts per step: the per-step
-/// cost is never above the plain average.
+/// One round as the scheduler measured it.
+struct RoundSample {
+  int32_t sequences = 0;      ///< windows in the round (its batch size)
+  int32_t draft_steps = 0;    ///< the largest gamma drafted (0: no drafts)
+  int64_t window_tokens = 0;  ///< verify window tokens (recompute + pending + drafts)
+  double draft_ms = 0;        ///< the draft actor's time
+  double verify_ms = 0;       ///< the verifier's time (its forward and verdicts)
+  double wall_ms = 0;         ///< the round from the scheduler's send to its verdicts
+};
+
+/// Running estimates of the costs a planner needs, by batch size, from each round's
+/// measurements. What decides is what a round costs end to end (`wall_ms`: the drafts,
+/// the verify forward, the syncs, the actors' messages), which on a device differs from
+/// batch to batch in ways no single line over window tokens follows (a window of k
+/// tokens costs about one step at batch 1 and about k steps at batch 128; drafting adds a
+/// fixed cost that grows with the batch). So per batch size (to the nearest power of two)
+/// it keeps three lines: the verify forward over window tokens (the slope: a window
+/// token's cost), rounds without drafts (what plain decoding costs at this batch), and
+/// rounds with drafts over their draft steps, less their extra window tokens at that
+/// slope (intercept: plain plus the drafter's fixed cost; slope: a draft step).
+///
+/// Where a batch size lacks a line the pooled estimates fill in (every round, as before
+/// the batch split): the verify forward's line over window tokens and the draft time's
+/// line over draft steps. A drafter's fixed cost per round goes to draft_base_ms, so the
+/// planner weighs one more draft at its marginal price and sees what turning speculation
+/// off saves. Until draft steps have varied by about a step, or when the fit is
+/// implausible (a negative fixed cost), all draft time counts per step: the per-step cost
+/// is never above the plain average.
 class CostModel {
  public:
-  void add_round(int32_t draft_steps, double draft_ms, int64_t window_tokens, double verify_ms);
-  PlanCosts costs(int32_t token_budget) const;
+  void add_round(const RoundSample& round);
+  /// The costs of a round of `sequences` windows.
+  PlanCosts costs(int32_t sequences, int32_t token_budget) const;
+
+  /// Batch sizes are kept to the nearest power of two: [0, kBuckets).
+  static constexpr size_t kBuckets = 12;
+  static size_t bucket_of(int32_t sequences);
 
  private:
+  struct Bucket {
+    RecentLine verify;    // verify_ms ~ base + per token * window tokens
+    RecentLine plain;     // rounds without drafts: wall_ms over sequences
+    RecentLine drafting;  // rounds with drafts: wall_ms less extra window tokens, over draft steps
+  };
+  PlanCosts pooled(int32_t token_budget) const;
+  double token_ms(const Bucket& b, const PlanCosts& pooled) const;
+
   RecentLine draft_;   // draft_ms ~ fixed + per step * draft_steps (rounds that drafted)
   RecentLine verify_;  // verify_ms ~ base + per token * window_tokens
+  std::array<Bucket, kBuckets> buckets_;
 };
 
 }  // namespace specpipe

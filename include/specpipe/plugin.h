@@ -39,8 +39,9 @@ extern "C" {
 /** Bumped on each compatible addition: fields appended to the end of a struct that has
  *  a struct_size. The host reads a plugin's table up to the plugin's struct_size and
  *  treats later fields as NULL, so a plugin built for an older minor version still
- *  loads. 1.0: kv_write, verify_plan. 1.1: verify_view (table field appended). */
-#define SPECPIPE_PLUGIN_ABI_MINOR_VERSION 1u
+ *  loads. 1.0: kv_write, verify_plan. 1.1: verify_view (table field appended). 1.2:
+ *  specpipe_plan_costs.draft_base_ms (appended; read up to the host's struct_size). */
+#define SPECPIPE_PLUGIN_ABI_MINOR_VERSION 2u
 
 #if defined(_WIN32)
 #define SPECPIPE_PLUGIN_EXPORT __declspec(dllexport)
@@ -160,14 +161,20 @@ typedef struct specpipe_plan_sequence {
   int32_t context_length;  /* tokens in its KV */
 } specpipe_plan_sequence;
 
-/** Costs the host measured, in milliseconds (running averages; 0 = not measured yet). */
+/** Costs the host measured for a round of this many sequences, in milliseconds (running
+ *  averages; 0 = not measured yet). A round with gammas g_i, G = max g_i, costs
+ *  (G > 0 ? draft_base_ms : 0) + G * draft_step_ms + verify_base_ms
+ *  + verify_token_ms * sum_i (1 + g_i). */
 typedef struct specpipe_plan_costs {
   uint32_t struct_size;
   double draft_step_ms;   /* one more draft token for the whole batch (marginal cost) */
-  double verify_base_ms;  /* a round's fixed cost: the verify forward at zero window tokens
-                             (intercept) plus the drafter's per-round cost */
+  double verify_base_ms;  /* a round's fixed cost with or without drafts: the round without
+                             drafts less its window tokens' share */
   double verify_token_ms; /* each window token's additional cost (slope) */
   int32_t token_budget;   /* most window tokens in one verify pass (0 = unlimited) */
+  double draft_base_ms;   /* (ABI 1.2) what a round pays once any sequence drafts: the
+                             drafter's fixed cost per round (its sync, its catch-up, the
+                             round's extra host work) */
 } specpipe_plan_costs;
 
 /** What happened to one sequence in the last round. */

@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kKnownKeys =
-    "prior_acceptance, prior_weight, probe_interval, max_gamma, min_gain, memory_rounds";
+    "prior_acceptance, prior_weight, probe_interval, max_gamma, min_gain, memory_rounds, switch_gain";
 
 std::string show(double v) {
   char buf[32];
@@ -102,6 +102,8 @@ ScvConfig parse_scv_config(std::string_view text, int32_t model_max_gamma) {
       config.min_gain = real_in(key, value, 0, 1e12, false, "a number >= 0");
     } else if (key == "memory_rounds") {
       config.memory_rounds = integer_in(key, value, 1, 1 << 30, "an integer >= 1");
+    } else if (key == "switch_gain") {
+      config.switch_gain = real_in(key, value, 0, 1e12, false, "a number >= 0");
     } else {
       refuse(key, std::string("unknown (known keys: ") + kKnownKeys + ")");
     }

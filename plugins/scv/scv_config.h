@@ -17,6 +17,7 @@ struct ScvConfig {
   int32_t max_gamma = 0;          ///< [0, model max_gamma]: cap on every gamma
   double min_gain = 0.01;         ///< >= 0: relative improvement a step must bring
   int32_t memory_rounds = 16;     ///< >= 1: rounds of a sequence's evidence that count
+  double switch_gain = 0.03;      ///< >= 0: what another largest gamma must gain over the last round's
 };
 
 /// Parses and validates `json` (empty text: all defaults; max_gamma defaults to

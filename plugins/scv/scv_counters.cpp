@@ -27,6 +27,7 @@ std::string metrics_json(const ScvCounters& c, const LiveMetrics& live) {
   m["speculation_off"] = c.speculation_off;
   m["speculation_off_sequences_now"] = live.speculation_off_sequences_now;
   m["probes"] = c.probes;
+  m["probes_skipped"] = c.probes_skipped;
   m["mean_acceptance_estimate"] = live.mean_acceptance_estimate;
   m["batch_acceptance_estimate"] = live.batch_acceptance_estimate;
   m["tracked_sequences"] = live.tracked_sequences;

@@ -17,6 +17,7 @@ struct ScvCounters {
   std::vector<uint64_t> gamma_hist;     ///< [max_gamma + 1]: sequences planned with gamma g
   uint64_t speculation_off = 0;         ///< sequence-rounds planned at gamma 0
   uint64_t probes = 0;                  ///< gamma-1 probes of sequences that were off
+  uint64_t probes_skipped = 0;          ///< sequence-rounds a probe was due where no acceptance pays
   uint64_t unmeasured_rounds = 0;       ///< rounds planned with requested gammas (costs 0)
   uint64_t budget_exceeded_rounds = 0;  ///< rounds whose windows exceeded token_budget at gamma 0
   uint64_t outcomes_observed = 0;       ///< per-sequence outcomes given to observe()

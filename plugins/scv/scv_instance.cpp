@@ -36,6 +36,8 @@ RoundCosts costs_from_abi(const specpipe_plan_costs& c) {
       throw invalid_argument("scv: plan: costs.token_budget " + std::to_string(c.token_budget) + " < 0");
     out.token_budget = c.token_budget;
   }
+  if (has_field<double>(c.struct_size, offsetof(specpipe_plan_costs, draft_base_ms)))
+    out.draft_base_ms = non_negative_cost(c.draft_base_ms, "draft_base_ms");
   return out;
 }
 
@@ -66,10 +68,13 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
     windows_[i] = WindowRequest{tracker_.estimate(sequences[i].sequence),
                                 std::min(sequences[i].max_gamma, config_.max_gamma),
                                 sequences[i].requested_gamma};
-  RoundPlan plan = plan_round(windows_, costs, PlannerOptions{config_.min_gain});
+  RoundPlan plan = plan_round(windows_, costs, PlannerOptions{config_.min_gain, previous_max_gamma_, config_.switch_gain});
+  // The planned largest gamma, probes aside: what the next round's hysteresis keeps.
+  previous_max_gamma_ = *std::max_element(plan.gamma.begin(), plan.gamma.end());
 
   // Exploration: a sequence the model keeps at 0 would never produce new evidence, so
-  // after probe_interval such rounds it drafts one token (within the budget).
+  // after probe_interval such rounds it drafts one token (within the budget), where
+  // drafting could pay at all: if every draft would be accepted.
   int64_t spare_tokens = std::numeric_limits<int64_t>::max();
   if (costs.token_budget > 0) {
     spare_tokens = costs.token_budget;
@@ -85,7 +90,8 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
     if (plan.gamma[i] > 0) {
       state.rounds_off = 0;
     } else if (may_probe && windows_[i].cap >= 1 && ++state.rounds_off >= config_.probe_interval) {
-      due_.push_back(i);
+      if (drafting_could_pay(costs, plan, windows_[i].cap)) due_.push_back(i);
+      else ++counters_.probes_skipped;
     }
   }
   // Under a tight budget the longest-waiting go first, so none starves.

@@ -62,6 +62,7 @@ class ScvInstance {
   std::unordered_map<int64_t, SequenceState> states_;
   uint64_t round_ = 0;
   bool speculating_ = true;  ///< whether the last measured round had any drafts
+  int32_t previous_max_gamma_ = -1;  ///< the last round's largest gamma (-1: none yet)
   // Scratch, reused every round.
   std::vector<WindowRequest> windows_;
   std::vector<SequenceState*> states_now_;

@@ -73,7 +73,7 @@ class MeasuredPlanner {
   Choice best_for(int32_t g_max, std::vector<int32_t>* gamma) const {
     double tokens = static_cast<double>(n_);
     double cost = costs_.verify_base_ms + costs_.verify_token_ms * static_cast<double>(n_) +
-                  costs_.draft_step_ms * g_max;
+                  costs_.draft_step_ms * g_max + (g_max > 0 ? costs_.draft_base_ms : 0);
     const double bar = costs_.verify_token_ms * (1 + min_gain_);
     int64_t taken = 0;
     int32_t top_level = 0;
@@ -120,7 +120,22 @@ double round_cost_ms(const RoundCosts& costs, std::span<const int32_t> gamma) {
     tokens += 1 + g;
     g_max = std::max(g_max, g);
   }
-  return costs.draft_step_ms * g_max + costs.verify_base_ms + costs.verify_token_ms * static_cast<double>(tokens);
+  return (g_max > 0 ? costs.draft_base_ms : 0) + costs.draft_step_ms * g_max + costs.verify_base_ms +
+         costs.verify_token_ms * static_cast<double>(tokens);
+}
+
+bool drafting_could_pay(const RoundCosts& costs, const RoundPlan& plan, int32_t cap) {
+  if (!plan.measured || cap < 1 || plan.cost_ms <= 0) return false;
+  const int32_t top = plan.gamma.empty() ? 0 : *std::max_element(plan.gamma.begin(), plan.gamma.end());
+  // g drafts all accepted add g tokens; they cost g window tokens, the steps beyond the
+  // round's G, and the drafter's fixed cost if the round drafts nothing yet. The ratio
+  // is monotone in g between the kinks, so its ends and the kink decide.
+  for (const int32_t g : {1, std::clamp(top, 1, cap), cap}) {
+    const double extra = costs.verify_token_ms * g + costs.draft_step_ms * std::max(0, g - top) +
+                         (top == 0 ? costs.draft_base_ms : 0);
+    if ((plan.expected_tokens + g) * plan.cost_ms > plan.expected_tokens * (plan.cost_ms + extra)) return true;
+  }
+  return false;
 }
 
 RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& costs, const PlannerOptions& options) {
@@ -140,8 +155,11 @@ RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& c
       const MeasuredPlanner planner(windows, costs, min_gain);
       int32_t best_g = 0;
       double best = planner.best_for(0, nullptr).ratio;
+      double previous = -1;  // the previous round's G's rate, if within reach
+      if (options.previous_max_gamma == 0) previous = best;
       for (int32_t g = 1; g <= planner.max_level(); ++g) {
         const auto choice = planner.best_for(g, nullptr);
+        if (g == options.previous_max_gamma) previous = choice.ratio;
         if (choice.ratio > best * (1 + min_gain)) {
           best = choice.ratio;
           best_g = g;
@@ -151,6 +169,9 @@ RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& c
         // ms plus more draft steps - it cannot beat R_g (exact at min_gain 0).
         if (choice.top_level < g) break;
       }
+      // Hysteresis: keep the previous G unless the best beats it by switch_gain.
+      if (previous > 0 && best_g != options.previous_max_gamma && best <= previous * (1 + options.switch_gain))
+        best_g = options.previous_max_gamma;
       if (best_g > 0) planner.best_for(best_g, &plan.gamma);
     }
   }

@@ -6,7 +6,8 @@
 /// The model (README.md, "The model"): each draft is accepted independently with the
 /// sequence's probability a, so a window with g drafts yields E(g) = 1 + a + ... + a^g
 /// tokens; a round with largest gamma G costs
-///     G * draft_step_ms + verify_base_ms + verify_token_ms * sum_i (1 + g_i).
+///     (G > 0 ? draft_base_ms : 0) + G * draft_step_ms + verify_base_ms
+///     + verify_token_ms * sum_i (1 + g_i).
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -19,6 +20,7 @@ struct RoundCosts {
   double verify_base_ms = 0;  ///< a verify forward at zero window tokens (intercept)
   double verify_token_ms = 0; ///< each window token's extra cost (slope)
   int32_t token_budget = 0;   ///< most window tokens per verify pass; 0 = unlimited
+  double draft_base_ms = 0;   ///< paid once by a round in which any sequence drafts
 
   /// The verify side is what makes a round cost anything: with both verify terms at 0
   /// the host has not measured yet and the ratio is meaningless.
@@ -38,6 +40,11 @@ struct PlannerOptions {
   /// more draft step for the batch) replaces a smaller one only if the round's rate
   /// improves by it. Guards against flip-flopping on noisy estimates.
   double min_gain = 0.01;
+  /// The last round's largest gamma (-1: none). Another G replaces it only if the round's
+  /// rate improves by switch_gain over it: a drafter's work carried between rounds (a
+  /// device's draft-ahead chain, captured graphs) is made for one draft length.
+  int32_t previous_max_gamma = -1;
+  double switch_gain = 0;
 };
 
 /// The chosen gammas and what the model predicts for them.
@@ -58,12 +65,19 @@ double expected_tokens(double acceptance, int32_t gamma);
 /// The modelled cost of a round with these gammas.
 double round_cost_ms(const RoundCosts& costs, std::span<const int32_t> gamma);
 
+/// Whether one sequence now planned at 0 with cap `cap` could raise the planned round's
+/// tokens per ms by drafting if every draft were accepted: the test a probe must pass to
+/// be worth its cost (at a large batch on a device no acceptance pays for drafting, and a
+/// probe there only slows the round).
+bool drafting_could_pay(const RoundCosts& costs, const RoundPlan& plan, int32_t cap);
+
 /// Plans one round.
 ///  - Unmeasured costs: gamma_i = clamp(requested_i, 0, cap_i), trimmed to the budget by
 ///    lowering the largest gammas first.
 ///  - Measured: for every G in [0, max cap] the best gammas with max <= G are found
 ///    exactly (drafts ranked by their marginal value a_i^l, added while each beats the
-///    round's current tokens/ms; see scv_planner.cpp), and the best G wins.
+///    round's current tokens/ms; see scv_planner.cpp), and the best G wins (the previous
+///    round's G unless another beats it by switch_gain).
 ///  - token_budget: sum_i (1 + gamma_i) <= token_budget. If n windows alone exceed it,
 ///    every gamma is 0 and budget_exceeded is set: the host still runs the round.
 RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& costs,

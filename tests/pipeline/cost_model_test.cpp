@@ -1,6 +1,9 @@
 // The scheduler's cost estimates for verify_plan strategies (pipeline/verify_planner.h):
 // a drafter's fixed cost per round must not be charged per draft step, or a planner
-// undervalues long drafts (SCV on a GPU picked gamma ~2.4 where 4 was faster).
+// undervalues long drafts (SCV on a GPU picked gamma ~2.4 where 4 was faster), nor to
+// every round, or a planner cannot see what turning speculation off saves; and a round's
+// cost is kept per batch size, from the round's wall time, because on a device a window
+// token and a draft step cost very different amounts at batch 1 and at batch 128.
 #include "pipeline/verify_planner.h"
 
 #include <gtest/gtest.h>
@@ -8,32 +11,41 @@
 namespace specpipe {
 namespace {
 
+/// A round of one sequence with only the draft and verify times (no wall time: the
+/// pooled estimates alone).
+RoundSample timed(int32_t steps, double draft_ms, int64_t window_tokens, double verify_ms) {
+  return {1, steps, window_tokens, draft_ms, verify_ms, 0};
+}
+
 TEST(CostModel, NothingMeasuredGivesZeroCosts) {
-  const PlanCosts c = CostModel{}.costs(7);
+  const PlanCosts c = CostModel{}.costs(4, 7);
   EXPECT_EQ(c.draft_step_ms, 0.0);
+  EXPECT_EQ(c.draft_base_ms, 0.0);
   EXPECT_EQ(c.verify_base_ms, 0.0);
   EXPECT_EQ(c.verify_token_ms, 0.0);
   EXPECT_EQ(c.token_budget, 7);
 }
 
-TEST(CostModel, DraftFixedCostGoesToTheRoundNotToEachStep) {
+TEST(CostModel, DraftFixedCostGoesToDraftingRoundsNotToEachStep) {
   // draft 0.3 ms a round + 0.08 ms a step; verify 0.35 ms + 0.01 ms a window token.
   CostModel m;
   for (int round = 0; round < 60; ++round) {
     const int32_t steps = 1 + round % 6;
-    m.add_round(steps, 0.3 + 0.08 * steps, steps + 1, 0.35 + 0.01 * (steps + 1));
+    m.add_round(timed(steps, 0.3 + 0.08 * steps, steps + 1, 0.35 + 0.01 * (steps + 1)));
   }
-  const PlanCosts c = m.costs(0);
+  const PlanCosts c = m.costs(1, 0);
   EXPECT_NEAR(c.draft_step_ms, 0.08, 1e-9);
+  EXPECT_NEAR(c.draft_base_ms, 0.3, 1e-9);  // saved by a round without drafts
   EXPECT_NEAR(c.verify_token_ms, 0.01, 1e-9);
-  EXPECT_NEAR(c.verify_base_ms, 0.35 + 0.3, 1e-9);
+  EXPECT_NEAR(c.verify_base_ms, 0.35, 1e-9);
 }
 
 TEST(CostModel, OneDraftLengthSoFarChargesAllDraftTimePerStep) {
   CostModel m;
-  for (int round = 0; round < 10; ++round) m.add_round(4, 0.3 + 0.08 * 4, 5, 0.4);
-  const PlanCosts c = m.costs(0);
+  for (int round = 0; round < 10; ++round) m.add_round(timed(4, 0.3 + 0.08 * 4, 5, 0.4));
+  const PlanCosts c = m.costs(1, 0);
   EXPECT_NEAR(c.draft_step_ms, (0.3 + 0.32) / 4, 1e-9);
+  EXPECT_EQ(c.draft_base_ms, 0.0);
   // One window size: the verify cost split evenly between base and tokens.
   EXPECT_NEAR(c.verify_base_ms, 0.2, 1e-9);
   EXPECT_NEAR(c.verify_token_ms, 0.2 / 5, 1e-9);
@@ -43,9 +55,9 @@ TEST(CostModel, ARareOtherDraftLengthDoesNotMakeANoisySlope) {
   // Mostly gamma 4 with jitter, one round at 5 that happened to be slow: a fitted slope
   // would be ~1 ms a step. Too little variance: everything stays per step.
   CostModel m;
-  for (int round = 0; round < 40; ++round) m.add_round(4, 0.6 + (round % 2 ? 0.01 : -0.01), 5, 0.4);
-  m.add_round(5, 1.6, 6, 0.4);
-  const PlanCosts c = m.costs(0);
+  for (int round = 0; round < 40; ++round) m.add_round(timed(4, 0.6 + (round % 2 ? 0.01 : -0.01), 5, 0.4));
+  m.add_round(timed(5, 1.6, 6, 0.4));
+  const PlanCosts c = m.costs(1, 0);
   EXPECT_GT(c.draft_step_ms, 0.1);
   EXPECT_LT(c.draft_step_ms, 0.2);  // about (0.6 .. 1.6) / 4..5, not 1.0
 }
@@ -54,10 +66,53 @@ TEST(CostModel, RoundsWithoutDraftsLeaveTheDraftEstimateAlone) {
   CostModel m;
   for (int round = 0; round < 20; ++round) {
     const int32_t steps = round % 2 == 0 ? 2 : 4;
-    m.add_round(steps, 0.1 + 0.05 * steps, steps + 1, 0.3);
-    m.add_round(0, 0.0, 1, 0.3);  // speculation off for the batch: no draft time
+    m.add_round(timed(steps, 0.1 + 0.05 * steps, steps + 1, 0.3));
+    m.add_round(timed(0, 0.0, 1, 0.3));  // speculation off for the batch: no draft time
   }
-  EXPECT_NEAR(m.costs(0).draft_step_ms, 0.05, 1e-9);
+  EXPECT_NEAR(m.costs(1, 0).draft_step_ms, 0.05, 1e-9);
+}
+
+TEST(CostModel, BatchSizesKeepTheirOwnRoundCosts) {
+  // Batch 1: a window token is nearly free and drafting costs 0.06 ms a step; batch 128:
+  // a round without drafts 1.4 ms, and drafting adds 1.3 ms plus 0.05 ms a step plus
+  // 0.008 ms a window token.
+  CostModel m;
+  for (int round = 0; round < 90; ++round) {
+    const int32_t g = 2 + 2 * (round % 3);  // 2, 4, 6
+    m.add_round({1, 0, 1, 0, 0.2, 0.26});
+    m.add_round({1, g, 1 + g, 0.05, 0.2 + 0.001 * g, 0.26 + 0.06 * g + 0.001 * g});
+    m.add_round({128, 0, 128, 0, 1.0, 1.4});
+    const int64_t tokens = 128 * (1 + g);
+    m.add_round({128, g, tokens, 0.5, 1.0 + 0.008 * (tokens - 128),
+                 1.4 + 1.3 + 0.05 * g + 0.008 * static_cast<double>(tokens - 128)});
+  }
+  const PlanCosts one = m.costs(1, 0);
+  EXPECT_NEAR(one.verify_token_ms, 0.001, 1e-6);
+  EXPECT_NEAR(one.verify_base_ms + one.verify_token_ms, 0.26, 1e-6);  // a round without drafts
+  EXPECT_NEAR(one.draft_step_ms, 0.06, 1e-6);
+  EXPECT_NEAR(one.draft_base_ms, 0.0, 1e-6);
+  const PlanCosts big = m.costs(128, 0);
+  EXPECT_NEAR(big.verify_token_ms, 0.008, 1e-6);
+  EXPECT_NEAR(big.verify_base_ms + 128 * big.verify_token_ms, 1.4, 1e-6);
+  EXPECT_NEAR(big.draft_step_ms, 0.05, 1e-6);
+  EXPECT_NEAR(big.draft_base_ms, 1.3, 1e-6);
+  // 100 sequences are costed as 128 (the nearest power of two), less 28 windows.
+  const PlanCosts near = m.costs(100, 0);
+  EXPECT_NEAR(near.verify_base_ms + 100 * near.verify_token_ms, 1.4 - 28 * 0.008, 1e-6);
+  EXPECT_NEAR(near.draft_base_ms, 1.3, 1e-6);
+  EXPECT_EQ(CostModel::bucket_of(1), 0u);
+  EXPECT_EQ(CostModel::bucket_of(11), 3u);
+  EXPECT_EQ(CostModel::bucket_of(12), 4u);
+  EXPECT_EQ(CostModel::bucket_of(100000), CostModel::kBuckets - 1);
+}
+
+TEST(CostModel, SpeculationOffIsCostedAsTheMeasuredPlainRound) {
+  // Rounds without drafts only (SCV has turned speculation off at this batch): the
+  // modelled cost of a round at gamma 0 is their wall time, not the verify forward alone.
+  CostModel m;
+  for (int round = 0; round < 30; ++round) m.add_round({32, 0, 32, 0, 0.45, 0.61});
+  const PlanCosts c = m.costs(32, 0);
+  EXPECT_NEAR(c.verify_base_ms + 32 * c.verify_token_ms, 0.61, 1e-9);
 }
 
 }  // namespace

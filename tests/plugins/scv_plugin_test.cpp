@@ -30,8 +30,8 @@ using specpipe::scv::RoundPlan;
 using specpipe::scv::WindowRequest;
 using Gammas = std::vector<int32_t>;
 
-RoundCosts costs(double draft, double base, double token, int32_t budget = 0) {
-  return RoundCosts{draft, base, token, budget};
+RoundCosts costs(double draft, double base, double token, int32_t budget = 0, double draft_base = 0) {
+  return RoundCosts{draft, base, token, budget, draft_base};
 }
 
 std::vector<WindowRequest> uniform(size_t n, double acceptance, int32_t cap, int32_t requested = 4) {
@@ -147,7 +147,8 @@ TEST(ScvPlanner, MatchesBruteForceOnSmallBatches) {
     std::vector<WindowRequest> w(n);
     for (auto& x : w) x = {unit(rng) < 0.1 ? 1.0 : unit(rng), static_cast<int32_t>(rng() % 5), 0};
     const RoundCosts c = costs(unit(rng) * 0.5, unit(rng) * 2, unit(rng) * 0.5 + 1e-3,
-                               rng() % 3 == 0 ? static_cast<int32_t>(n + rng() % 6) : 0);
+                               rng() % 3 == 0 ? static_cast<int32_t>(n + rng() % 6) : 0,
+                               trial % 2 ? unit(rng) * 2 : 0.0);
     // Every assignment in [0, cap]^n within the budget.
     double best = 0;
     Gammas g(n, 0);
@@ -174,6 +175,93 @@ TEST(ScvPlanner, MinGainKeepsMarginalSpeculationOff) {
   const auto marginal = uniform(1, 0.51, 1);  // (1.51 / 3) / (1 / 2) = 1.0067
   EXPECT_EQ(plan(marginal, c, 0.0).gamma, Gammas{1});
   EXPECT_EQ(plan(marginal, c, 0.01).gamma, Gammas{0});
+}
+
+TEST(ScvPlanner, TheDraftersFixedCostIsPaidOnceAndSavedByTurningOff) {
+  // One draft step is cheap and window tokens nearly free, but a round that drafts at all
+  // pays 1 ms (a device drafter's sync and catch-up at a large batch): long drafts or
+  // none. Charged per step it would pick short drafts; charged to every round it would
+  // never see what turning off saves.
+  EXPECT_DOUBLE_EQ(specpipe::scv::round_cost_ms(costs(0.1, 1.0, 0.01, 0, 1.0), Gammas{0, 0}), 1.02);
+  EXPECT_DOUBLE_EQ(specpipe::scv::round_cost_ms(costs(0.1, 1.0, 0.01, 0, 1.0), Gammas{2, 0}), 1.0 + 0.2 + 1.0 + 0.04);
+  const RoundCosts c = costs(0.02, 1.0, 0.001, 0, 1.0);
+  EXPECT_EQ(plan(uniform(4, 0.9, 8), c).gamma, Gammas(4, 8));  // 4 x 6.1 tokens in 2.2 ms
+  EXPECT_EQ(plan(uniform(4, 0.3, 8), c).gamma, Gammas(4, 0));  // 4 x 1.4 tokens do not pay 1 ms more
+}
+
+TEST(ScvPlanner, KeepsThePreviousLargestGammaUnlessAnotherGainsSwitchGain) {
+  // Rates of G = 3, 4, 5 within 1% of each other: without a previous G the best wins;
+  // with one, it stays unless another beats it by switch_gain.
+  const auto w = uniform(1, 0.81, 6);
+  const RoundCosts c = costs(0.015, 0.21, 0.054);  // 0.264 ms + 0.069 ms a draft
+  const int32_t free_choice = plan(w, c).gamma[0];
+  for (int32_t previous : {3, 4}) {
+    specpipe::scv::PlannerOptions o{0.01, previous, 0.03};
+    EXPECT_EQ(specpipe::scv::plan_round(w, c, o).gamma[0], previous) << "free choice " << free_choice;
+  }
+  // Far from the best (G = 1): it moves.
+  specpipe::scv::PlannerOptions o{0.01, 1, 0.03};
+  EXPECT_GE(specpipe::scv::plan_round(w, c, o).gamma[0], 3);
+}
+
+/// Rounds of the demo pair through the server on an H100 (docs/BENCHMARKS.md section 8,
+/// 27dbc09), at 1, 8, 32 and 128 clients: plain, and the draft model at gamma 2, 4, 6.
+/// A round's wall time is clients x tokens per round / tokens per second; the verify
+/// forward is given 70% of it.
+struct MeasuredLevel {
+  int32_t clients;
+  double plain_tokens_per_s;
+  double draft_tokens_per_s[3];  // gamma 2, 4, 6
+  double tokens_per_round[3];
+};
+constexpr MeasuredLevel kSection8[] = {
+    {1, 3786, {6676, 6732, 5494}, {2.47, 3.46, 4.06}},
+    {8, 27335, {20704, 22065, 20968}, {2.40, 3.24, 3.76}},
+    {32, 52533, {52732, 46750, 41288}, {2.47, 3.46, 4.06}},
+    {128, 93537, {66507, 64316, 58929}, {2.47, 3.46, 4.06}},
+};
+
+/// The engine's cost model after the rounds of every level, as the scheduler feeds it.
+specpipe::CostModel measured_device_costs() {
+  specpipe::CostModel m;
+  for (int repeat = 0; repeat < 40; ++repeat)
+    for (const MeasuredLevel& l : kSection8) {
+      const double plain_ms = 1000.0 * l.clients / l.plain_tokens_per_s;
+      m.add_round({l.clients, 0, l.clients, 0, 0.7 * plain_ms, plain_ms});
+      for (int k = 0; k < 3; ++k) {
+        const int32_t g = 2 + 2 * k;
+        const double ms = 1000.0 * l.clients * l.tokens_per_round[k] / l.draft_tokens_per_s[k];
+        m.add_round({l.clients, g, int64_t{l.clients} * (1 + g), 0.3 * ms, 0.7 * ms, ms});
+      }
+    }
+  return m;
+}
+
+RoundCosts plugin_costs(const specpipe::PlanCosts& c) {
+  return costs(c.draft_step_ms, c.verify_base_ms, c.verify_token_ms, c.token_budget, c.draft_base_ms);
+}
+
+TEST(ScvPlanner, DeviceRoundCostsByBatchSizeGiveGammaNearTheBestFixedAtOneClientAndOffUnderLoad) {
+  // Acceptance 0.81 is what the draft model's tokens per round at gamma 2-6 say.
+  const specpipe::CostModel m = measured_device_costs();
+  const RoundPlan one = plan(uniform(1, 0.81, 6), plugin_costs(m.costs(1, 0)));
+  // Gamma 2 and 4 ran within 1% of each other (6,676 / 6,732 tokens/s), gamma 6 18% slower.
+  EXPECT_GE(one.gamma[0], 2);
+  EXPECT_LE(one.gamma[0], 4);
+  // Under load plain was the fastest at 8 and 128 clients; at 32, gamma 2 tied with plain
+  // (1.00x) and gamma 4 lost (0.89x).
+  EXPECT_EQ(plan(uniform(8, 0.81, 6), plugin_costs(m.costs(8, 0))).gamma, Gammas(8, 0));
+  const RoundPlan mid = plan(uniform(32, 0.81, 6), plugin_costs(m.costs(32, 0)));
+  EXPECT_LE(*std::max_element(mid.gamma.begin(), mid.gamma.end()), 2);
+  EXPECT_EQ(plan(uniform(128, 0.81, 6), plugin_costs(m.costs(128, 0))).gamma, Gammas(128, 0));
+  // Nor would perfect acceptance pay at 8 or 128: no probes there. At one client it would.
+  for (int32_t n : {8, 128}) {
+    const RoundCosts c = plugin_costs(m.costs(n, 0));
+    const RoundPlan off = plan(uniform(static_cast<size_t>(n), 0.05, 6), c);
+    EXPECT_FALSE(specpipe::scv::drafting_could_pay(c, off, 6)) << n;
+  }
+  const RoundCosts c1 = plugin_costs(m.costs(1, 0));
+  EXPECT_TRUE(specpipe::scv::drafting_could_pay(c1, plan(uniform(1, 0.05, 6), c1), 6));
 }
 
 // ---- estimates, probes and counters through the C++ instance ------------------------
@@ -209,6 +297,23 @@ TEST(ScvInstance, ProbesAnOffSequenceEveryProbeInterval) {
   EXPECT_EQ(scv.counters().speculation_off, 9u);
   // A sequence capped at 0 (context limit) is not off by choice: never probed.
   for (int round = 0; round < 8; ++round) EXPECT_EQ(plan_once(scv, {seq(8, 0)}, c)[0], 0);
+}
+
+TEST(ScvInstance, NoProbesWhereEvenPerfectAcceptanceWouldNotPay) {
+  // A large batch on a device: drafting at all costs 1.7 ms more on a 1 ms round. Off
+  // sequences are not probed (a probe there is a plain round plus the drafter's cost,
+  // which one sequence's drafts cannot repay); at a small batch with a cheap drafter
+  // they are.
+  auto scv = make_instance(R"({"prior_acceptance": 0.02, "probe_interval": 4})");
+  std::vector<specpipe_plan_sequence> s;
+  for (int64_t id = 0; id < 64; ++id) s.push_back(seq(id, 6));
+  const RoundCosts loaded = costs(0.08, 0.5, 0.007, 0, 1.7);
+  for (int round = 0; round < 20; ++round) EXPECT_EQ(plan_once(scv, s, loaded), Gammas(64, 0)) << round;
+  EXPECT_EQ(scv.counters().probes, 0u);
+  EXPECT_GT(scv.counters().probes_skipped, 0u);
+  const RoundCosts light = costs(0.02, 0.5, 0.0001, 0, 0.0);
+  EXPECT_EQ(plan_once(scv, {seq(0, 6), seq(1, 6)}, light), (Gammas{1, 1}));  // both long due
+  EXPECT_EQ(scv.counters().probes, 2u);
 }
 
 TEST(ScvInstance, ProbesShareATightBudgetLongestWaitingFirst) {

@@ -25,7 +25,7 @@
   F(specpipe_plan_sequence, max_gamma) F(specpipe_plan_sequence, context_length)               \
   S(specpipe_plan_costs) F(specpipe_plan_costs, struct_size) F(specpipe_plan_costs, draft_step_ms) \
   F(specpipe_plan_costs, verify_base_ms) F(specpipe_plan_costs, verify_token_ms)               \
-  F(specpipe_plan_costs, token_budget)                                                         \
+  F(specpipe_plan_costs, token_budget) F(specpipe_plan_costs, draft_base_ms)                    \
   S(specpipe_plan_observation) F(specpipe_plan_observation, sequence) F(specpipe_plan_observation, proposed) \
   F(specpipe_plan_observation, accepted)                                                       \
   S(specpipe_verify_plan_hooks) F(specpipe_verify_plan_hooks, plan) F(specpipe_verify_plan_hooks, observe) \
