@@ -39,6 +39,7 @@ struct Request {
   bool in_round = false;           ///< part of a round in flight
   bool cancelled = false;
   ViewState view;                  ///< SpecPV: the tokens since the last full verification
+  int64_t drafted_round = -1;      ///< the last round it had drafts in (-1: none yet)
 };
 
 class Scheduler : public scheduler_actor::base {
@@ -289,8 +290,20 @@ class Scheduler : public scheduler_actor::base {
     // What the verify_plan strategy learns from: costs, and each sequence's acceptance.
     int32_t draft_steps = 0;
     int64_t window_tokens = 0;
+    // A sequence drafting for the first time, or again after rounds without drafts, has
+    // the draft model catch up on its context first (its whole prompt the first time):
+    // that round says nothing about what drafting costs a round.
+    constexpr int64_t kCatchUpRounds = 4;
+    bool catch_up = false;
     std::vector<PlanObservation> observed;
     for (const RoundItem& item : b.items) {
+      if (!item.drafts.empty()) {
+        auto it = requests_.find(item.request);
+        if (it != requests_.end()) {
+          catch_up = catch_up || it->second.drafted_round < 0 || b.round - it->second.drafted_round > kCatchUpRounds;
+          it->second.drafted_round = b.round;
+        }
+      }
       draft_steps = std::max(draft_steps, static_cast<int32_t>(item.drafts.size()));
       window_tokens += item.layout().size();
       // Of this round's own drafts (SpecPV: not the provisional tokens judged before them).
@@ -298,7 +311,8 @@ class Scheduler : public scheduler_actor::base {
       if (item.error.empty())
         observed.push_back({item.request, static_cast<int32_t>(item.drafts.size()), std::max(0, item.accepted - held)});
     }
-    costs_.add_round({static_cast<int32_t>(b.items.size()), draft_steps, window_tokens, t.draft_ms, t.verify_ms, wall});
+    if (!catch_up)
+      costs_.add_round({static_cast<int32_t>(b.items.size()), draft_steps, window_tokens, t.draft_ms, t.verify_ms, wall});
     planner().observe(observed);
     observe_views(b);
     for (RoundItem& item : b.items) {

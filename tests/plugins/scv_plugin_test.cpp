@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pipeline/plugin_library.h"
+#include "pipeline/verify_planner.h"
 #include "plugins/scv/acceptance_tracker.h"
 #include "plugins/scv/scv_config.h"
 #include "plugins/scv/scv_counters.h"
