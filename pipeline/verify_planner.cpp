@@ -163,19 +163,21 @@ PlanCosts CostModel::costs(int32_t sequences, int32_t token_budget) const {
     // step, and what it has above plain at zero steps the fixed cost. Rounds of about one
     // length, or a line below plain at zero steps: all they cost beyond plain is per step.
     const RecentLine& d = b.drafting;
+    // Drafting rounds are compared with plain at the batch sizes they were measured at.
+    double plain_ref = b.plain.empty() ? plain : b.plain.mean_y();
     constexpr double kMinStepVariance = 0.5;
     c.draft_base_ms = 0;
     c.draft_step_ms = -1;
     if (d.has_slope(kMinStepVariance)) {
       const double step = std::max(0.0, d.raw_slope());
       const double at_zero = d.mean_y() - step * d.mean_x();
-      if (b.plain.empty() && at_zero > 0) plain = at_zero;
-      if (at_zero >= plain) {
+      if (b.plain.empty() && at_zero > 0) plain = plain_ref = at_zero;
+      if (at_zero >= plain_ref) {
         c.draft_step_ms = step;
-        c.draft_base_ms = at_zero - plain;
+        c.draft_base_ms = at_zero - plain_ref;
       }
     }
-    if (c.draft_step_ms < 0) c.draft_step_ms = std::max(0.0, d.mean_y() - plain) / d.mean_x();
+    if (c.draft_step_ms < 0) c.draft_step_ms = std::max(0.0, d.mean_y() - plain_ref) / d.mean_x();
   }
   c.verify_token_ms = t;
   c.verify_base_ms = std::max(0.0, plain - t * n);
