@@ -92,10 +92,17 @@ void client(zmq::context_t& ctx, const std::string& address, const specpipe::ser
       const bool final = reply["type"] == "final";
       if (final) ++done;
       else ++errors;
-      if (outputs)
+      if (outputs) {
+        // The server's per-request times (sums over the rounds the request was in): where a
+        // mode's round goes (tools/gpu/serve_load_report.py's breakdown).
+        json times;
+        if (final && reply.contains("stats"))
+          for (const char* key : {"prefill_ms", "draft_ms", "verify_ms", "commit_ms", "messaging_ms", "wall_ms"})
+            if (reply["stats"].contains(key)) times[key] = reply["stats"][key];
         outputs->add({{"client", index}, {"request", r}, {"prompt", prompt}, {"ok", final}, {"tokens", ids},
                       {"rounds", final && reply.contains("stats") ? reply["stats"].value("rounds", json()) : json()},
-                      {"error", final ? json() : reply}});
+                      {"times", times}, {"error", final ? json() : reply}});
+      }
       break;
     }
   }

@@ -25,7 +25,8 @@
 # Environment: DEVICE (cuda:0), CLIENTS ("1 8 32 128"), REQUESTS (per-client requests by
 # level, "1:16 8:4 32:4 128:2": 16 at one client covers every public prompt alone),
 # MAX_TOKENS (64), DRAFT_GAMMAS ("2 4 6"), NGRAM_GAMMA (4), MODES ("plain draft ngram scv";
-# also plain_mb and draft_mb: two micro-batches in flight, serve_load_micro.yaml),
+# also plain_mb and draft_mb: two micro-batches in flight, serve_load_micro.yaml; off:
+# servers with the draft model that never draft, for what that costs),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
 # SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
 # syncs too), PACK (below), OUT ($OUT or gpu-out/).
@@ -85,6 +86,10 @@ run_mode() {
       --clients "$level" --requests "$(per_client "$level")" --max-tokens "$max_tokens" --warmup "${warmup_override:-$level}" \
       --record-tokens --json "$out/load_${name}_c$level.json" | tail -n +2 || { echo "serve_load: $name at $level clients failed" >&2; status=1; }
   done
+  # The server's CPU time over its start-up and every level, and its threads: a mode whose
+  # threads spin takes cores from the clients (128 of them at the top level).
+  [[ -r /proc/$pid/stat ]] && awk -v name="$name" -v hz="$(getconf CLK_TCK)" \
+    '{printf "== %s: server CPU %.2f s user, %.2f s system, %d threads\n", name, $14 / hz, $15 / hz, $20}' "/proc/$pid/stat"
   kill -TERM "$pid"
   for ((t = 0; t < 150 && $(kill -0 "$pid" 2>/dev/null && echo 1 || echo 0); ++t)); do sleep 0.1; done
   kill -0 "$pid" 2>/dev/null && { echo "serve_load: $name: no exit 15 s after SIGTERM, killed" >&2; kill -KILL "$pid"; status=1; }
@@ -107,6 +112,15 @@ run_modes() {
       # Two rounds in flight (scheduler.micro_batches 2, four actor threads: serve_load_micro.yaml).
       plain_mb) run_mode "${prefix}plain_mb2" "$here/serve_load_micro.yaml" --no-spec ;;
       draft_mb) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g${g}_mb2" "$here/serve_load_micro.yaml" --drafter model --gamma "$g"; done ;;
+      # What a server with the draft model costs when no round drafts (the SCV-off cost at
+      # high batch): the draft model at gamma 0 with and without draft-ahead (its stream
+      # priority), and SCV held at gamma 0 by its plugin config (plugin calls, cost model).
+      off)
+        run_mode "${prefix}off_draft" "$here/serve_load.yaml" --drafter model --gamma 0
+        sed 's/^    max_gamma: 6$/&\n    draft_ahead: "off"/' "$here/serve_load.yaml" >"$out/noahead.yaml"
+        run_mode "${prefix}off_draft_noahead" "$out/noahead.yaml" --drafter model --gamma 0
+        sed 's/^      max_gamma: 6$/      max_gamma: 0/' "$here/serve_load_scv.yaml" >"$out/scv_off.yaml"
+        run_mode "${prefix}off_scv" "$out/scv_off.yaml" ;;
       *) echo "serve_load: unknown mode $mode" >&2; exit 2 ;;
     esac
   done

@@ -52,16 +52,27 @@ for mode, clients, r in sorted(runs, key=lambda x: (order(x[0]), x[1])):
     rounds = sum(o.get("rounds") or 0 for o in outputs if o["ok"])
     per_round = sum(len(o["tokens"]) for o in outputs if o["ok"]) / rounds if rounds else None
     failed = failed or bool(diffs) or bool(errors) or r["errors"] > 0
+    # Where a round goes (the server's per-request times over its rounds): each is a sum
+    # over the rounds the request was in of the batch's time, so over the rounds it is the
+    # mean round's (bench/load_generator records them since the SCV breakdown).
+    per_round_ms = {}
+    if rounds:
+        for key in ("draft_ms", "verify_ms", "commit_ms", "messaging_ms", "wall_ms"):
+            total = [o["times"][key] for o in outputs if o["ok"] and key in (o.get("times") or {})]
+            if total:
+                per_round_ms[key] = sum(total) / rounds
     rows.append({"mode": mode, "clients": clients, "requests": r["requests"], "errors": r["errors"],
                  "tokens_per_s": r["tokens_per_s"], "requests_per_s": r["requests_per_s"],
                  "ttft_p50_ms": r["ttft_p50_ms"], "ttft_p99_ms": r["ttft_p99_ms"], "itl_p50_ms": r["itl_p50_ms"],
-                 "itl_p99_ms": r["itl_p99_ms"], "seconds": r["seconds"], "tokens_per_round": per_round, "identical": same,
+                 "itl_p99_ms": r["itl_p99_ms"], "seconds": r["seconds"], "tokens_per_round": per_round, "per_round_ms": per_round_ms, "identical": same,
                  "checked": len(outputs) - unchecked - len(errors), "unchecked": unchecked,
                  "differing": diffs[:8], "n_differing": len(diffs), "error_samples": errors[:3]})
 
 by = {(r["mode"], r["clients"]): r for r in rows}
 levels = sorted({r["clients"] for r in rows})
-modes = sorted({r["mode"] for r in rows if not r["mode"].startswith(("syncs_", "base_"))}, key=order)
+# The goals compare the modes a server is run for; off_* (MODES=off: the draft model
+# loaded, never drafting) only explain costs.
+modes = sorted({r["mode"] for r in rows if not r["mode"].startswith(("syncs_", "base_", "off_"))}, key=order)
 draft_modes = [m for m in modes if m.startswith("draft_g")]
 
 def tps(mode, clients):
@@ -127,6 +138,17 @@ for r in rows:
               f"| {r['tokens_per_round'] or 0:.2f} | {r['identical']}/{r['checked']} |"
               if p else f"| {r['mode']} | {r['clients']} | ... |")
 md.append("")
+if any(r["per_round_ms"] for r in rows):
+    md += ["Per round (ms, the server's times over the requests' rounds): draft / verify / KV commit / messaging; "
+           "a request's wall time over its rounds (queueing and prefill included)", "",
+           "| mode | clients | draft | verify | commit | messaging | sum | wall / round |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t = r["per_round_ms"]
+        if t:
+            parts = [t.get(k, 0) for k in ("draft_ms", "verify_ms", "commit_ms", "messaging_ms")]
+            md.append(f"| {r['mode']} | {r['clients']} | " + " | ".join(f"{x:.3f}" for x in parts) +
+                      f" | {sum(parts):.3f} | {t.get('wall_ms', 0):.3f} |")
+    md.append("")
 for g in goals:
     md.append(f"- {g['goal']}: {g['ratio']:.2f}x ({g.get('best_mode') or g.get('reference_mode')}): "
               f"{'met' if g['met'] else 'NOT met'}")
