@@ -63,6 +63,7 @@ class Scheduler : public scheduler_actor::base {
         [this](StrategyMetricsQuery) {
           nlohmann::json j = planner().metrics();
           j["strategy"] = planner().name();
+          j["plain_rounds_measured"] = plain_measured_;
           nlohmann::json v = view_planner().metrics();
           v["strategy"] = view_planner().name();
           v["forced_full"] = forced_full_;
@@ -224,7 +225,14 @@ class Scheduler : public scheduler_actor::base {
       plan.push_back({id, r.gamma, std::max(0, std::min(cap, cfg().max_positions - 1 - r.position)), r.position});
     }
     std::vector<int32_t> gamma(plan.size(), 0);
-    planner().plan(plan, costs_.costs(static_cast<int32_t>(plan.size()), 0), gamma);
+    const auto sequences = static_cast<int32_t>(plan.size());
+    planner().plan(plan, costs_.costs(sequences, 0), gamma);
+    // Now and then a round without drafts at this batch size, so that the strategy sees
+    // what speculation off costs here (counted: strategy metrics' plain_rounds_measured).
+    if (planner().plans_from_costs() && costs_.plain_due(sequences)) {
+      std::fill(gamma.begin(), gamma.end(), 0);
+      ++plain_measured_;
+    }
     for (size_t i = 0; i < ids.size(); ++i) {
       Request& r = requests_.at(ids[i]);
       r.in_round = true;
@@ -511,6 +519,7 @@ class Scheduler : public scheduler_actor::base {
   FixedGammaPlanner fixed_;
   FullViewPlanner full_view_;
   std::map<std::string, int64_t> forced_full_;  // partial views asked for and not given, by reason
+  int64_t plain_measured_ = 0;  // rounds run without drafts to measure them (CostModel::plain_due)
   CostModel costs_;
   std::map<RequestId, Request> requests_;
   std::deque<RequestId> waiting_;

@@ -109,13 +109,30 @@ void CostModel::add_round(const RoundSample& r) {
   b.verify.add(static_cast<double>(r.window_tokens), r.verify_ms);
   if (!(r.wall_ms > 0)) return;
   if (r.draft_steps == 0) {
-    b.plain.add(r.sequences, r.wall_ms);
+    b.plain[b.plain_seen++ % kPlainKept] = {static_cast<double>(r.sequences), r.wall_ms};
+    b.since_plain = 0;
   } else {
+    ++b.since_plain;
     // The drafts' window tokens at this batch size's slope come off: what is left is
     // plain, the drafter's fixed cost and its steps.
     const auto extra = static_cast<double>(r.window_tokens - r.sequences);
     b.drafting.add(r.draft_steps, r.wall_ms - token_ms(b, pooled(0)) * extra);
   }
+}
+
+double CostModel::Bucket::plain_at(double n, double token_ms) const {
+  const size_t kept = std::min(plain_seen, kPlainKept);
+  std::array<double, kPlainKept> at{};
+  for (size_t i = 0; i < kept; ++i)
+    at[i] = plain[i].wall_ms + (token_ms < 0 ? 0.0 : token_ms * (n - plain[i].sequences));
+  std::sort(at.begin(), at.begin() + static_cast<std::ptrdiff_t>(kept));
+  return kept % 2 ? at[kept / 2] : (at[kept / 2 - 1] + at[kept / 2]) / 2;
+}
+
+bool CostModel::plain_due(int32_t sequences) const {
+  if (sequences <= 0) return false;
+  const Bucket& b = buckets_[bucket_of(sequences)];
+  return b.since_plain >= (b.plain_seen < kPlainKept ? 2 : kPlainEvery);
 }
 
 PlanCosts CostModel::pooled(int32_t token_budget) const {
@@ -151,12 +168,14 @@ PlanCosts CostModel::costs(int32_t sequences, int32_t token_budget) const {
   PlanCosts c = pooled(token_budget);
   if (sequences <= 0) return c;
   const Bucket& b = buckets_[bucket_of(sequences)];
-  if (b.plain.empty() && b.drafting.empty()) return c;  // a batch size not seen yet
+  const bool no_plain = b.plain_seen == 0;
+  if (no_plain && b.drafting.empty()) return c;  // a batch size not seen yet
   const double t = token_ms(b, c);
   const auto n = static_cast<double>(sequences);
-  // A round without drafts at this batch size: measured, or else (no such round yet)
-  // the drafting line at zero steps, or else the pooled verify line at n tokens.
-  double plain = b.plain.empty() ? c.verify_base_ms + t * n : b.plain.mean_y() + t * (n - b.plain.mean_x());
+  // A round without drafts at this batch size: measured (the median of the last few), or
+  // else (no such round yet) the drafting line at zero steps, or else the pooled verify
+  // line at n tokens.
+  double plain = no_plain ? c.verify_base_ms + t * n : b.plain_at(n, t);
   if (!b.drafting.empty()) {
     // Drafting rounds whose steps varied by about a step give the line: its slope (>= 0:
     // a flat line means the steps cost nothing next to the drafter's fixed cost) is a
@@ -164,14 +183,14 @@ PlanCosts CostModel::costs(int32_t sequences, int32_t token_budget) const {
     // length, or a line below plain at zero steps: all they cost beyond plain is per step.
     const RecentLine& d = b.drafting;
     // Drafting rounds are compared with plain at the batch sizes they were measured at.
-    double plain_ref = b.plain.empty() ? plain : b.plain.mean_y();
+    double plain_ref = no_plain ? plain : b.plain_at(0, -1);
     constexpr double kMinStepVariance = 0.5;
     c.draft_base_ms = 0;
     c.draft_step_ms = -1;
     if (d.has_slope(kMinStepVariance)) {
       const double step = std::max(0.0, d.raw_slope());
       const double at_zero = d.mean_y() - step * d.mean_x();
-      if (b.plain.empty() && at_zero > 0) plain = plain_ref = at_zero;
+      if (no_plain && at_zero > 0) plain = plain_ref = at_zero;
       if (at_zero >= plain_ref) {
         c.draft_step_ms = step;
         c.draft_base_ms = at_zero - plain_ref;

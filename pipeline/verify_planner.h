@@ -51,6 +51,9 @@ class VerifyPlanner {
   virtual std::string name() const = 0;
   /// gamma[i] in [0, sequences[i].gamma_cap].
   virtual void plan(std::span<const PlanSequence> sequences, const PlanCosts& costs, std::span<int32_t> gamma) = 0;
+  /// Whether it plans from the costs (then the scheduler runs a round without drafts
+  /// where CostModel::plain_due says so, to measure them); the fixed strategy does not.
+  virtual bool plans_from_costs() const { return true; }
   virtual void observe(std::span<const PlanObservation> /*observations*/) {}
   virtual void forget(RequestId /*request*/) {}
   virtual nlohmann::json metrics() const { return nlohmann::json::object(); }
@@ -60,6 +63,7 @@ class VerifyPlanner {
 class FixedGammaPlanner final : public VerifyPlanner {
  public:
   std::string name() const override { return "fixed"; }
+  bool plans_from_costs() const override { return false; }
   void plan(std::span<const PlanSequence> sequences, const PlanCosts& costs, std::span<int32_t> gamma) override;
 };
 
@@ -131,16 +135,35 @@ class CostModel {
   void add_round(const RoundSample& round);
   /// The costs of a round of `sequences` windows.
   PlanCosts costs(int32_t sequences, int32_t token_budget) const;
+  /// Whether a round of `sequences` windows should go without drafts, to measure what
+  /// speculation off costs at this batch size: a strategy that drafts at a batch size
+  /// never sees a plain round there otherwise, and the drafting line's value at zero
+  /// steps (which holds the drafter's fixed cost) stood in for it, so turning off looked
+  /// as if it saved nothing. Due after 2 drafting rounds while fewer than kPlainKept plain
+  /// rounds are known at the size, then after every kPlainEvery.
+  bool plain_due(int32_t sequences) const;
 
   /// Batch sizes are kept to the nearest power of two: [0, kBuckets).
   static constexpr size_t kBuckets = 12;
   static size_t bucket_of(int32_t sequences);
+  /// Plain rounds kept per batch size: their median is the estimate, so one round that
+  /// captured a CUDA graph or ran eagerly (a shape's first sightings) does not count.
+  static constexpr size_t kPlainKept = 5;
+  static constexpr int32_t kPlainEvery = 64;
 
  private:
+  struct PlainRound {
+    double sequences = 0, wall_ms = 0;
+  };
   struct Bucket {
     RecentLine verify;    // verify_ms ~ base + per token * window tokens
-    RecentLine plain;     // rounds without drafts: wall_ms over sequences
+    std::array<PlainRound, kPlainKept> plain{};  // the last rounds without drafts (a ring)
+    size_t plain_seen = 0;                        // rounds without drafts so far
+    int32_t since_plain = 0;                      // drafting rounds since the last plain one
     RecentLine drafting;  // rounds with drafts: wall_ms less extra window tokens, over draft steps
+    /// The median plain round at `n` windows (each kept round moved to n at `token_ms`
+    /// a window), or at the sizes measured when token_ms < 0. Needs plain_seen > 0.
+    double plain_at(double n, double token_ms) const;
   };
   PlanCosts pooled(int32_t token_budget) const;
   double token_ms(const Bucket& b, const PlanCosts& pooled) const;

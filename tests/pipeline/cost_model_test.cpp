@@ -115,5 +115,38 @@ TEST(CostModel, SpeculationOffIsCostedAsTheMeasuredPlainRound) {
   EXPECT_NEAR(c.verify_base_ms + 32 * c.verify_token_ms, 0.61, 1e-9);
 }
 
+TEST(CostModel, ABatchSizeThatOnlyDraftedGetsPlainRoundsMeasuredAndTheirMedianCounts) {
+  // Batch 8 on a device: plain 0.22 ms a round; drafting costs 0.35 ms once a round
+  // drafts plus 0.1 ms a step. A strategy that drafts from the start never sees plain at
+  // this size: the drafting line at zero steps (0.57 ms, the fixed cost inside) stood in
+  // for it, and turning speculation off looked as if it saved nothing.
+  CostModel m;
+  auto drafting = [&](int32_t g) { m.add_round({8, g, 8 * (1 + g), 0.3, 0.2, 0.57 + 0.1 * g}); };
+  EXPECT_FALSE(m.plain_due(8));
+  drafting(2);
+  EXPECT_FALSE(m.plain_due(8));
+  drafting(4);
+  EXPECT_TRUE(m.plain_due(8));
+  EXPECT_FALSE(m.plain_due(1));  // another batch size: nothing drafted there
+  // The first plain rounds of a shape run eagerly or capture its CUDA graph: slow.
+  const double plain_walls[] = {0.9, 3.0, 0.22, 0.22, 0.22};
+  for (double wall : plain_walls) {
+    m.add_round({8, 0, 8, 0, 0.2, wall});
+    EXPECT_FALSE(m.plain_due(8));
+    drafting(2);
+    drafting(4);
+  }
+  const PlanCosts c = m.costs(8, 0);
+  EXPECT_NEAR(c.verify_base_ms + 8 * c.verify_token_ms, 0.22, 1e-9);  // the median, not the mean
+  EXPECT_GT(c.draft_base_ms, 0.3);  // what turning off saves is seen
+  // Measured enough: the next plain round is due after kPlainEvery drafting rounds.
+  for (int32_t since = 2; since + 1 < CostModel::kPlainEvery; ++since) {
+    drafting(2);
+    EXPECT_FALSE(m.plain_due(8));
+  }
+  drafting(2);
+  EXPECT_TRUE(m.plain_due(8));
+}
+
 }  // namespace
 }  // namespace specpipe
