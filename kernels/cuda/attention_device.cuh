@@ -9,6 +9,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/bf16.cuh"
@@ -398,12 +401,30 @@ __device__ inline void pair_steps(const float4& p, const float2 (&v)[4], float& 
 /// plus `bytes` pass the 48 KB a block gets without it (a launch past that fails with
 /// "invalid argument": the demo target's 6-row windows, head_dim 64, group 3, asked 47,456
 /// dynamic bytes beside the window kernel's static ones).
+///
+/// The attribute is the function's (per device) for the whole process, and only ever raised: two
+/// models forwarding on two host threads (micro-batches: the draft actor and the verifier)
+/// launch the same kernels with different byte counts, and setting it to each launch's
+/// own need let one thread lower it between the other's set and launch ("attention:
+/// invalid argument" under load, issue 18). A higher cap changes no launch: each asks its
+/// own bytes.
 template <class Kernel>
 cudaError_t allow_dynamic_shared(Kernel* kernel, size_t bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, size_t> allowed;  // (device, kernel) -> bytes opted in
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return e;
+  const std::lock_guard lock(mutex);
+  const auto key = std::make_pair(device, reinterpret_cast<const void*>(kernel));
+  if (const auto it = allowed.find(key); it != allowed.end() && it->second >= bytes) return cudaSuccess;
   cudaFuncAttributes attributes{};
-  cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
-  if (e != cudaSuccess || attributes.sharedSizeBytes + bytes <= 48 * 1024) return e;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  e = cudaFuncGetAttributes(&attributes, kernel);
+  if (e != cudaSuccess) return e;
+  if (attributes.sharedSizeBytes + bytes > 48 * 1024)
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e == cudaSuccess) allowed[key] = bytes;
+  return e;
 }
 
 }  // namespace specpipe::cuda::attention_detail
