@@ -176,12 +176,12 @@ class Scheduler : public scheduler_actor::base {
   /// an admission first. More: an admission batch beside up to micro_batches rounds, each
   /// over a share of the running sequences not in a round (ARCHITECTURE.md section 3).
   void step() {
-    if (!admitting_ && (rounds_in_flight_ == 0 || rounds_overlap())) admit();
+    if (!admitting_ && (round_clocks_.empty() || rounds_overlap())) admit();
     if (admitting_ && !rounds_overlap()) return;
     const auto groups = static_cast<size_t>(std::max(1, cfg().micro_batches));
     const size_t share = (running_.size() + groups - 1) / groups;
     std::vector<RequestId> ids;
-    while (rounds_in_flight_ < cfg().micro_batches) {
+    while (static_cast<int32_t>(round_clocks_.size()) < cfg().micro_batches) {
       ids.clear();
       for (RequestId id : running_)
         if (!requests_.at(id).in_round && ids.size() < share) ids.push_back(id);
@@ -249,9 +249,10 @@ class Scheduler : public scheduler_actor::base {
       round.items.push_back(std::move(item));
     }
     plan_views(round);
-    if (++rounds_in_flight_ > 1) ++overlapped_rounds_;
-    max_rounds_in_flight_ = std::max<int64_t>(max_rounds_in_flight_, rounds_in_flight_);
     round_clocks_[round.round].reset();
+    const auto in_flight = static_cast<int64_t>(round_clocks_.size());
+    if (in_flight > 1) ++overlapped_rounds_;
+    max_rounds_in_flight_ = std::max(max_rounds_in_flight_, in_flight);
     send(d_.peers->draft, DraftWork{std::move(round)});
   }
 
@@ -280,7 +281,6 @@ class Scheduler : public scheduler_actor::base {
   }
 
   void round_done(RoundBatch& b) {
-    --rounds_in_flight_;
     const auto clock = round_clocks_.find(b.round);
     const double wall = clock->second.elapsed_ms();
     round_clocks_.erase(clock);
@@ -525,11 +525,10 @@ class Scheduler : public scheduler_actor::base {
   std::deque<RequestId> waiting_;
   std::vector<RequestId> running_;
   bool admitting_ = false;     // an admission batch in flight
-  int32_t rounds_in_flight_ = 0;
   int64_t overlapped_rounds_ = 0, max_rounds_in_flight_ = 0;
   int64_t next_batch_ = 0, next_round_ = 0;
   int64_t budget_used_ = 0;
-  std::map<int64_t, Stopwatch> round_clocks_;  // by round: since it was sent
+  std::map<int64_t, Stopwatch> round_clocks_;  // the rounds in flight: since each was sent
   SpecStats counters_;      // merged per-request counters of finished requests
   SpecStats global_times_;  // per-batch times (a round counts once, however many requests)
 };

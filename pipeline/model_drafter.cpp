@@ -56,16 +56,11 @@ std::span<const int32_t> ModelDrafter::catch_up(Sequence& s) {
 }
 
 ForwardWindow ModelDrafter::first_window(Sequence& s, size_t max_feed, int32_t extra, bool greedy) {
-  std::span<const int32_t> feed = catch_up(s);
-  if (feed.size() > max_feed) {
-    // A long catch-up (the prompt, at the first proposal): chunked prefill of all but the
-    // last token, which joins the batched window. Batch invariance makes this the same
-    // as feeding it all at once.
-    const Stopwatch clock;
-    prefill(*model_, kv_, s.seq, feed.first(feed.size() - 1), prefill_chunk_, logits_);
-    prefill_ms_ += clock.elapsed_ms();
-    feed = feed.last(1);
-  }
+  const std::span<const int32_t> feed = catch_up(s);
+  // propose() prefilled every longer catch-up first, batched (prefill_long_catch_ups).
+  if (feed.size() > max_feed)
+    fail(ErrorCode::internal, "draft model: a catch-up of {} tokens reached a step window (at most {})", feed.size(),
+         max_feed);
   kv_.reserve(s.seq, kv_.length(s.seq) + static_cast<int32_t>(feed.size()) + extra);
   return {s.seq, feed, LogitsMode::last, -1, greedy};
 }

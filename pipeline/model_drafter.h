@@ -78,8 +78,8 @@ class ModelDrafter final : public Drafter {
   Sequence& at(RequestId request);
   /// Trims the draft KV to its common prefix with the context; returns the tokens to feed.
   std::span<const int32_t> catch_up(Sequence& s);
-  /// Step 0's window of one sequence: its catch-up, after prefilling all but the last
-  /// token of one longer than `max_feed`; reserves `extra` positions after it.
+  /// Step 0's window of one sequence: its catch-up (at most `max_feed` tokens: longer ones
+  /// went through prefill_long_catch_ups first); reserves `extra` positions after it.
   ForwardWindow first_window(Sequence& s, size_t max_feed, int32_t extra, bool greedy);
   /// Prefills, in one batched pass, every catch-up longer than `max_feed` of the items
   /// marked in `feeds` (all but its last token): sequences back from gamma 0 after many
