@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -462,6 +464,79 @@ void check_prefill(Report& report, cudaStream_t stream, bool timing) {
 
 }  // namespace
 
+/// Two host threads launching the window kernel at once on their own streams, one with 16-row
+/// and one with 3-row windows of the same shape: the same kernel asking different dynamic
+/// shared memory, as the draft and target models do on the draft actor's and the verifier's
+/// threads with micro-batches. The opt-in cap is one process-wide attribute of the kernel:
+/// when each launch set it to its own need, one thread could lower it between the other's
+/// set and launch ("attention: invalid argument" under load, issue 18; it only rises since
+/// e177294). Every launch must succeed and give the bits of the same launch run alone.
+void check_concurrent_launches(Report& report) {
+  const int32_t heads = 32, kv = 8, hd = 128, P = 8060, kLaunches = 300;
+  const cuda::AttentionShape s = shape_of(heads, kv, hd);
+  const int64_t ldq = int64_t{heads} * hd, ldkv = int64_t{kv} * hd;
+  struct Run {
+    int32_t rows = 0;
+    std::unique_ptr<PoolFixture> pool;
+    std::vector<int32_t> table;
+    std::vector<float> q, k, v, alone;
+    std::unique_ptr<DeviceWindows> dw;
+    cudaStream_t stream = nullptr;
+    int64_t failed_launches = 0, mismatches = 0;
+    std::string first_error;
+  };
+  Run runs[2];
+  for (int i = 0; i < 2; ++i) {
+    Run& r = runs[i];
+    const uint32_t seed = 951 + 10 * static_cast<uint32_t>(i);
+    r.rows = i == 0 ? 16 : 3;
+    r.pool = std::make_unique<PoolFixture>(kv, hd, (P + r.rows + kBlockSize - 1) / kBlockSize, seed);
+    r.pool->upload();
+    r.table = r.pool->table(P + r.rows, seed + 1);
+    r.q = random_floats(static_cast<size_t>(r.rows * ldq), seed + 2, -2.0f, 2.0f);
+    r.k = random_floats(static_cast<size_t>(r.rows * ldkv), seed + 3, -2.0f, 2.0f);
+    r.v = random_floats(static_cast<size_t>(r.rows * ldkv), seed + 4);
+    r.dw = std::make_unique<DeviceWindows>(s, std::vector<Window>{{P, r.rows, &r.table, r.q.data(), r.k.data(), r.v.data()}});
+    CUDA_OK(cudaStreamCreate(&r.stream));
+  }
+  auto launch = [&](Run& r) {
+    const cuda::PagedPool p{r.pool->dk.get(), r.pool->dv.get(), r.pool->stride, kBlockSize, r.dw->dtables.get()};
+    return cuda::attention(s, p, r.dw->b, r.stream);
+  };
+  for (Run& r : runs) {  // alone first: the reference bits
+    CUDA_OK(launch(r));
+    CUDA_OK(cudaStreamSynchronize(r.stream));
+    r.alone = r.dw->dout.download();
+  }
+  auto hammer = [&](Run& r) {
+    for (int32_t n = 0; n < kLaunches; ++n) {
+      if (const cudaError_t e = launch(r); e != cudaSuccess) {
+        if (r.failed_launches++ == 0) r.first_error = cudaGetErrorString(e);
+        cudaGetLastError();
+      }
+      if (n % 50 == 49 && cudaStreamSynchronize(r.stream) == cudaSuccess) {
+        std::vector<float> got(r.alone.size());
+        if (cudaMemcpy(got.data(), r.dw->dout.get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+          ++r.failed_launches;
+          continue;
+        }
+        for (size_t j = 0; j < got.size(); ++j) r.mismatches += std::memcmp(&got[j], &r.alone[j], sizeof(float)) != 0;
+      }
+    }
+    cudaStreamSynchronize(r.stream);
+  };
+  std::thread other([&] { hammer(runs[1]); });
+  hammer(runs[0]);
+  other.join();
+  for (Run& r : runs) {
+    report.exact_count(fmt::format("attention launched from two threads at once ({}-row windows): failed launches", r.rows),
+                       r.failed_launches, r.first_error.empty() ? fmt::format("{} launches", kLaunches) : r.first_error);
+    report.exact_count(fmt::format("attention launched from two threads at once ({}-row windows) == alone, bitwise", r.rows),
+                       r.mismatches);
+    cudaStreamDestroy(r.stream);
+  }
+}
+
 void check_attention(Report& report, cudaStream_t stream, const Options& options) {
   check_accuracy(report, stream, 32, 8, 128, {{0, 5}, {300, 1}, {1000, 9}}, 801);
   check_accuracy(report, stream, 16, 8, 64, {{37, 3}, {128, 1}}, 811);
@@ -488,6 +563,7 @@ void check_attention(Report& report, cudaStream_t stream, const Options& options
   // dynamic shared memory, under 48 KB alone, over it with the kernel's static ones.
   check_accuracy(report, stream, 6, 2, 64, {{300, 6}}, 871);
   check_window_invariance(report, stream, 6, 2, 64, 1000, 9, 872);
+  check_concurrent_launches(report);
   // Batches whose every window has over 16 rows: the prefill kernel at head_dim 128 (tiles
   // of 32 / group rows, a tile crossing a window's end, chunk edges), groups 1, 2, 4, 7, 16.
   check_accuracy(report, stream, 32, 8, 128, {{0, 41}, {1000, 33}}, 881);  // group 4
