@@ -151,28 +151,39 @@ __global__ void __launch_bounds__(kThreads) attention_chunk_reference_kernel(Att
 /// halving shuffles and the butterfly's last) sums all 16 as warp_sum does (the same xor
 /// pairs, a + b == b + a): lanes L and L ^ 1 hold key L / 8's score for head (L / 2) % 4,
 /// where the plain build spends a 5-shuffle butterfly on every (key, head).
-template <int kDimLanes, class Shared, class KeyRow>
-__device__ inline void lean_scores(const AttentionShape& s, Shared& sh, int32_t count, KeyRow krow_of) {
+constexpr int kLeanPassKeys = 4;
+constexpr int kLeanPasses = C / kFastWarps / kLeanPassKeys;
+static_assert(C / kFastWarps % kLeanPassKeys == 0);
+
+/// Keys of the lean score passes [first, first + kPasses) of this thread (lane l's dims l,
+/// l + 32, ... of keys warp, warp + kFastWarps, ...) into registers.
+template <int kPasses, int kDimLanes, class KeyRow>
+__device__ inline void lean_load_keys(const AttentionShape& s, int32_t count, KeyRow krow_of, int first,
+                                      float (&keys)[kPasses][kLeanPassKeys][kDimLanes]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
-  constexpr int kPassKeys = 4;
-  static_assert(C / kFastWarps % kPassKeys == 0);
-#pragma unroll 1
-  for (int pass = 0; pass < C / kFastWarps / kPassKeys; ++pass) {
-    float kreg[kPassKeys][kDimLanes];
+  const int32_t hd = s.head_dim;
 #pragma unroll
-    for (int u = 0; u < kPassKeys; ++u) {
-      const int jl = warp + (pass * kPassKeys + u) * kFastWarps;
+  for (int pass = 0; pass < kPasses; ++pass)
+#pragma unroll
+    for (int u = 0; u < kLeanPassKeys; ++u) {
+      const int jl = warp + ((first + pass) * kLeanPassKeys + u) * kFastWarps;
 #pragma unroll
       for (int t = 0; t < kDimLanes; ++t)
-        kreg[u][t] = jl < count && lane + 32 * t < hd ? kv_float(krow_of(jl)[lane + 32 * t]) : 0.0f;
+        keys[pass][u][t] = jl < count && lane + 32 * t < hd ? kv_float(krow_of(jl)[lane + 32 * t]) : 0.0f;
     }
-    float v[kPassKeys * 4];
-    pass_dots(sh.q, 0, group, hd, lane, kreg, v);
-    const float dot = reduce_scatter(v, lane);
-    const int index = lane >> 1, g = index & 3, jl = warp + (pass * kPassKeys + (index >> 2)) * kFastWarps;
-    if ((lane & 1) == 0 && g < group) sh.p[g][jl] = jl < count ? dot * s.scale : -INFINITY;
-  }
+}
+
+/// One pass of the scores from its keys in registers.
+template <int kDimLanes, class Shared>
+__device__ inline void lean_score_pass(const AttentionShape& s, Shared& sh, int32_t count, int pass,
+                                       const float (&kreg)[kLeanPassKeys][kDimLanes]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
+  float v[kLeanPassKeys * 4];
+  pass_dots(sh.q, 0, group, hd, lane, kreg, v);
+  const float dot = reduce_scatter(v, lane);
+  const int index = lane >> 1, g = index & 3, jl = warp + (pass * kLeanPassKeys + (index >> 2)) * kFastWarps;
+  if ((lane & 1) == 0 && g < group) sh.p[g][jl] = jl < count ? dot * s.scale : -INFINITY;
 }
 
 /// Variant bit 8's value sums: thread (pair, part) < hd / 2 x min(group, 2) runs the chains
@@ -242,7 +253,7 @@ __device__ inline void lean_value_sums(const AttentionShape& s, const AttentionB
 /// minimum given, as the kernel was before (__launch_bounds__(n, 0) is __launch_bounds__(n):
 /// an explicit 1 let ptxas take 80-88 registers where it had taken 40-64, one block an SM).
 /// kLean (variant bit 8; kMinBlocks 2 or 3, groups up to 4, values staged): the same chains
-/// with fewer shared-memory and shuffle instructions, lean_scores and lean_value_sums above.
+/// with fewer shared-memory and shuffle instructions, lean_load_keys / lean_score_pass and lean_value_sums above.
 /// kMinBlocks 3 (variant bit 16 with bit 8): three blocks an SM, at most 40 registers a
 /// thread and the static arrays sized for groups of 4.
 template <int kDimLanes, int kHeadsPerThread, class T, int kMinBlocks = 0, bool kLean = false>
@@ -291,6 +302,17 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
       __syncthreads();
     }
   }
+  const auto krow_of = [&](int jl) -> const T* {
+    if constexpr (sizeof(T) == 2) return stage_keys ? staged_keys + jl * hd : sh.krow[jl];
+    else return sh.krow[jl];  // FP32 keys are never staged (the room holds the values only)
+  };
+  // The two-blocks lean build loads every pass's keys now, before the queries (a settled
+  // chunk: before waiting for the kernel before), so their latency overlaps the queries'
+  // and both passes' loads are in flight together; the same elements as a pass at a time
+  // after the queries (the three-blocks build, whose 40 registers would spill them).
+  constexpr bool kKeysEarly = kLean && kMinBlocks == 2;
+  [[maybe_unused]] float lean_keys[kLeanPasses][kLeanPassKeys][kDimLanes];
+  if constexpr (kKeysEarly) lean_load_keys<kLeanPasses, kDimLanes>(s, count, krow_of, 0, lean_keys);
   if (early) {
     detail::wait_for_prerequisite_grid();
     load_chunk_queries(b, sh, task);
@@ -301,12 +323,16 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
   // chain then a fixed butterfly; a warp takes kKeys keys at a time so their loads are
   // in flight together and their butterflies interleave.
   constexpr int kKeys = C / kFastWarps;  // one pass: every warp's keys in flight together
-  const auto krow_of = [&](int jl) -> const T* {
-    if constexpr (sizeof(T) == 2) return stage_keys ? staged_keys + jl * hd : sh.krow[jl];
-    else return sh.krow[jl];  // FP32 keys are never staged (the room holds the values only)
-  };
-  if constexpr (kLean) {
-    lean_scores<kDimLanes>(s, sh, count, krow_of);
+  if constexpr (kKeysEarly) {
+#pragma unroll
+    for (int pass = 0; pass < kLeanPasses; ++pass) lean_score_pass<kDimLanes>(s, sh, count, pass, lean_keys[pass]);
+  } else if constexpr (kLean) {
+#pragma unroll 1
+    for (int pass = 0; pass < kLeanPasses; ++pass) {
+      float kreg[1][kLeanPassKeys][kDimLanes];
+      lean_load_keys<1, kDimLanes>(s, count, krow_of, pass, kreg);
+      lean_score_pass<kDimLanes>(s, sh, count, pass, kreg[0]);
+    }
   } else {
     for (int base = warp; base < C; base += kKeys * kFastWarps) {
       float kreg[kKeys][kDimLanes];

@@ -57,7 +57,7 @@ body = [r for r in rows[hi + 1:] if len(r) == len(head) and r[0].isdigit()]
 ki, mi, vi, ui = head.index("Kernel Name"), head.index("Metric Name"), head.index("Metric Value"), head.index("Metric Unit")
 idi = head.index("ID")
 kern = collections.OrderedDict()
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "byte": 1}  # --print-units base
 for r in body:
     k = kern.setdefault(r[idi], {"name": r[ki]})
     k[r[mi]] = float(r[vi].replace(",", "")) * scale.get(r[ui], 1.0)
@@ -77,7 +77,8 @@ for k in step:
         c = ("lm_head" if gi == ngemm - 1 else gemm_names[gi % 4]) + " GEMM"
         gi += 1
     else:
-        c = n.replace("void ", "").split("(")[0].split("<")[0][:48]
+        c = n.replace("(anonymous namespace)::", "").replace("<unnamed>::", "").replace("void ", "")
+        c = c.split("(")[0].split("<")[0].split("::")[-1][:48]
     t = tot[c]
     t[0] += 1
     t[1] += k.get("gpu__time_duration.sum", 0.0)
