@@ -37,7 +37,7 @@ class LinearTest : public ::testing::TestWithParam<DType> {};
 // bit; any tile shape or thread split that changed the order would show here.
 TEST_P(LinearTest, MatchesReferenceBitwiseForManyShapes) {
   std::mt19937 rng(7);
-  for (int64_t m : {1, 2, 3, 4, 5, 7, 9, 17}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 17}) {  // every row-block split up to 5+5+1
     for (int64_t n : {1, 5, 8, 16, 37, 96, 200}) {
       const int64_t k = 2 * (1 + (m * n) % 97);
       PackedMatrix w = random_weights(GetParam(), n, k, rng);
