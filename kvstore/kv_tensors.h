@@ -9,7 +9,7 @@
 /// length are meaningful. Not thread-safe: one owner (see kvstore/README.md).
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 namespace specpipe {
 
@@ -21,25 +21,32 @@ class KvTensors {
   KvTensors(int32_t num_layers, int32_t num_blocks, int32_t block_size, int32_t kv_heads,
             int32_t head_dim, bool allocate = true);
 
-  float* k(int32_t layer) { return k_[layer].data(); }
-  float* v(int32_t layer) { return v_[layer].data(); }
-  const float* k(int32_t layer) const { return k_[layer].data(); }
-  const float* v(int32_t layer) const { return v_[layer].data(); }
+  float* k(int32_t layer) { return layer_data(layer); }
+  float* v(int32_t layer) { return layer_data(num_layers_ + layer); }
+  const float* k(int32_t layer) const { return layer_data(layer); }
+  const float* v(int32_t layer) const { return layer_data(num_layers_ + layer); }
   int64_t slot_stride() const { return slot_stride_; }  ///< floats per slot = kv_heads * head_dim
-  int32_t num_layers() const { return static_cast<int32_t>(k_.size()); }
+  int32_t num_layers() const { return num_layers_; }
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
-  bool holds_pool() const { return !k_.front().empty(); }  // every size is >= 1
+  bool holds_pool() const { return data_ != nullptr; }
 
   /// Copies block `src` to block `dst` in every layer (copy-on-write of shared blocks).
   void copy_block(int32_t src, int32_t dst);
   size_t bytes() const;  ///< K and V of every layer
 
  private:
+  /// Tensor t of the arena: K of layer t for t < num_layers, else V of layer t - num_layers.
+  float* layer_data(int32_t t) const { return data_ ? data_.get() + static_cast<size_t>(t) * layer_floats_ : nullptr; }
+
+  int32_t num_layers_;
   int32_t num_blocks_;
   int32_t block_size_;
   int64_t slot_stride_;
-  std::vector<std::vector<float>> k_, v_;
+  size_t layer_floats_ = 0;  ///< floats of one layer's K (or V)
+  /// Every layer's K, then every layer's V, in one allocation on transparent huge pages
+  /// where the kernel allows them (see kv_tensors.cpp); null without storage.
+  std::unique_ptr<float[], void (*)(float*)> data_{nullptr, [](float*) {}};
 };
 
 }  // namespace specpipe
