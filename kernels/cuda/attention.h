@@ -106,18 +106,23 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// once for all of them; bit 16 (with bit 8): that build for three blocks an SM (40
 /// registers, its shared arrays sized for groups of 4; opt-in); bit 32: the verify-window
 /// kernel with select-free reduce-scatters (keys and slots loaded in a lane-permuted order),
-/// value chains of 2 dims x up to 6 slots a thread and BF16 keys staged by cp.async. The
-/// default, kDefaultAttentionVariant (bits 1, 2, 4, 8, 32), won the A/Bs of
-/// kernels/cuda/README.md ("Eleventh session", "Twelfth session", "Thirteenth session");
-/// SPECPIPE_ATTENTION_VARIANT (0..63, read on first use) overrides it.
+/// value chains of 2 dims x up to 6 slots a thread and BF16 keys staged by cp.async; bit 64
+/// (with bit 32; head_dim 64 or 128): that kernel built for its head_dim, a slot's row
+/// found by a multiply instead of a division sequence, the value chains spread over every
+/// thread, and a chunk of settled pool keys (AttentionBatch::prefix_settled) located and
+/// its copies issued before waiting for the kernel before (only q waits). The default,
+/// kDefaultAttentionVariant (bits 1, 2, 4, 8, 32, 64), won the A/Bs of kernels/cuda/README.md
+/// ("Eleventh session", "Twelfth session", "Thirteenth session", "Fourteenth session");
+/// SPECPIPE_ATTENTION_VARIANT (0..127, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
 constexpr int kAttentionTwoBlocks = 4;
 constexpr int kAttentionLeanChunk = 8;
 constexpr int kAttentionThreeBlocks = 16;
 constexpr int kAttentionLeanWindow = 32;
-constexpr int kAttentionVariants = 64;
-constexpr int kDefaultAttentionVariant = 47;
+constexpr int kAttentionFastWindow = 64;
+constexpr int kAttentionVariants = 128;
+constexpr int kDefaultAttentionVariant = 111;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);

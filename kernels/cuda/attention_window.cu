@@ -133,16 +133,29 @@ __device__ inline void window_value_chains(const AttentionShape& s, const Attent
   }
 }
 
+/// A slot's local row (slot / group) and query head in the group (slot % group). kFast
+/// (variant bit 64): by a multiply and a shift instead of a division sequence (exact for
+/// slots under 2^16 / kMaxGroup: the error of the rounded-up multiplier is under 1 / group).
+template <bool kFast>
+struct SlotOf {
+  int32_t group;
+  uint32_t magic;
+  __device__ explicit SlotOf(int32_t g) : group(g), magic((65536u + static_cast<uint32_t>(g) - 1) / g) {}
+  __device__ int32_t row(int32_t sl) const {
+    return kFast ? static_cast<int32_t>((static_cast<uint32_t>(sl) * magic) >> 16) : sl / group;
+  }
+  __device__ int32_t head(int32_t sl) const { return sl - row(sl) * group; }
+};
+
 /// Variant bit 32's value sums: 2K chains, dims d and d + 1 of the slots `slot[i]`, each
 /// fmaf(p, v, acc) over its row's keys in ascending order as window_value_chains' (the
 /// common keys four at a time, then the rows' own ends one by one), each staged value pair
 /// read once for all K slots (one 8-byte FP32 or 4-byte BF16 load) and the numerators 4
 /// keys a 16-byte load.
-template <int K, class T>
+template <int K, class T, bool kFast>
 __device__ inline void window_pair_chains(const AttentionShape& s, const AttentionBatch& b, const WindowTask& t,
-                                          int32_t kvh, int32_t group, int d, const int32_t* slot, const T* sv,
-                                          const float* sp) {
-  const int32_t hd = s.head_dim;
+                                          int32_t kvh, SlotOf<kFast> slot_of, int32_t hd, int d, const int32_t* slot,
+                                          const T* sv, const float* sp) {
   float a0[K], a1[K];
   const float* pr[K];
 #pragma unroll
@@ -164,15 +177,15 @@ __device__ inline void window_pair_chains(const AttentionShape& s, const Attenti
     const float2 vv = value_pair(sv + jl * hd + d);
 #pragma unroll
     for (int i = 0; i < K; ++i)
-      if (jl < t.count(t.first + slot[i] / group)) {
+      if (jl < t.count(t.first + slot_of.row(slot[i]))) {
         a0[i] = fmaf(pr[i][jl], vv.x, a0[i]);
         a1[i] = fmaf(pr[i][jl], vv.y, a1[i]);
       }
   }
 #pragma unroll
   for (int i = 0; i < K; ++i) {
-    const int32_t row = t.row0 + t.first + slot[i] / group;
-    const int64_t h = int64_t{kvh} * group + slot[i] % group;
+    const int32_t row = t.row0 + t.first + slot_of.row(slot[i]);
+    const int64_t h = int64_t{kvh} * slot_of.group + slot_of.head(slot[i]);
     float* rec = b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + t.chunk) * (hd + 2) + 2 + d;
     rec[0] = a0[i];
     rec[1] = a1[i];
@@ -195,7 +208,18 @@ constexpr int kPairSlots = 6;
 /// slots part, part + parts, ... (window_pair_chains); with stage_keys (BF16, 16-byte aligned
 /// rows) the chunk's keys are copied to shared memory by cp.async (after the values' room)
 /// and scored from there instead of 2-byte global loads a lane.
-template <int kDimLanes, bool kLean, bool kPaired, class T>
+///
+/// kFast (variant bit 64, with kPaired; head_dim == 32 * kDimLanes): the same numbers with
+/// fewer instructions and fewer idle warps. Nsight Compute (H100, 8B shape, 32K, a 5-token
+/// window) had the paired build issue-bound (73% of cycles issuing, DRAM 22% busy) on 78K
+/// warp instructions a block of which 21K were the FMAs: the rest was integer division
+/// sequences (slot / group, i / head_dim with a run-time divisor), the bounds of a lane's
+/// dims (predicates and zeroing moves), and the value sums ran on 8 of the 16 warps while
+/// the others waited at the barrier. Here head_dim is a constant, a slot's row a multiply
+/// and shift (SlotOf), the value chains spread over every thread (2-3 slots each for 20
+/// slots instead of 5), and a chunk of settled pool keys (b.prefix_settled, no ring)
+/// locates its rows and issues its copies before waiting for the kernel before.
+template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots, bool stage_keys) {
@@ -208,9 +232,21 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
   __syncthreads();
   const int32_t groups = g.count, tasks = g.task0[groups];
   if (static_cast<int32_t>(blockIdx.y) >= tasks) return;
-  detail::begin_dependent_kernel();
+  // kFast: a task whose chunk keys all lie in a settled pool prefix (b.prefix_settled, no
+  // layer ring) locates and loads them before waiting for the kernel before (which writes
+  // q and the window's own K/V, not these); every other task waits first.
+  [[maybe_unused]] bool waited = false;
+  if constexpr (kFast) {
+    detail::allow_dependent_launch();
+  } else {
+    detail::begin_dependent_kernel();
+    waited = true;
+  }
 
-  const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads, kvh = blockIdx.x;
+  // kFast: head_dim is 32 * kDimLanes (launch_window takes it only then), so the
+  // bounds on a lane's dims and the divisions by head_dim fold away.
+  const int32_t hd = kFast ? 32 * kDimLanes : s.head_dim, group = s.num_heads / s.num_kv_heads, kvh = blockIdx.x;
+  const SlotOf<kFast> slot_of(group);
   T* sv = reinterpret_cast<T*>(staged_values);  // [C][hd] of the storage type (16-byte rows)
   T* sk = sv + C * hd;                           // stage_keys: [C][hd] keys, else empty
   float* sq = reinterpret_cast<float*>(sk + (stage_keys ? C * hd : 0));  // [max_slots][hd]
@@ -236,32 +272,6 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
     t.count_max = t.count(t.rows - 1);
     const int32_t slots = t.slots;
 
-    // The slots' queries and the chunk's K/V row addresses (pool prefix or dense window).
-    for (int i = tid; i < slots * hd; i += kFastThreads) {
-      const int32_t sl = i / hd, d = i % hd;
-      const int32_t row = t.row0 + t.first + sl / group;
-      sq[i] = b.q[int64_t{row} * b.ld_q + (int64_t{kvh} * group + sl % group) * hd + d];
-    }
-    if (tid < t.count_max) {
-      const int32_t j = t.j0 + tid;
-      const int64_t head_off = int64_t{kvh} * hd;
-      if (j < w.prefix_len) pool_rows(pool, w, j, head_off, krow[tid], vrow[tid]);
-      else window_rows(b, w, j, head_off, krow[tid], vrow[tid]);
-    }
-    __syncthreads();
-    if (kPaired && stage_keys) {
-      for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
-        copy_async16(sk + i * kVec, krow[i / vecs] + (i % vecs) * kVec);
-      copy_async_commit();
-    }
-    for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
-      copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
-    if (kPaired && stage_keys) {
-      copy_async_commit();
-      copy_async_wait_prior<1>();  // the keys; the values may still be on their way
-      __syncthreads();
-    }
-
     // Scores: a warp holds kKeys keys' K (lane l dims l, l+32, ...) and scores them against
     // 4 slots at a time: 32 dot products, each the chunk kernel's chain, then one
     // reduce-scatter; lane L stores key L / 4, slot L % 4. Lean (64 registers, two blocks
@@ -273,9 +283,8 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
     // index = key * 4 + slot), so its key u is u ^ (x >> 2) and its slot s4 ^ (x & 3).
     const int x = kPaired ? (kLean ? (lane >> 1) & 15 : lane) : 0;
     const int kx = x >> 2, sx = x & 3;
-#pragma unroll 1
-    for (int pass = 0; pass < kKeys / kPassKeys; ++pass) {
-      float kreg[kPassKeys][kDimLanes];
+    float kreg[kPassKeys][kDimLanes];
+    const auto load_keys = [&](int pass) {
 #pragma unroll
       for (int u = 0; u < kPassKeys; ++u) {
         const int jl = warp + (pass * kPassKeys + (u ^ kx)) * kFastWarps;
@@ -284,6 +293,71 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
         for (int d = 0; d < kDimLanes; ++d)
           kreg[u][d] = jl < t.count_max && lane + 32 * d < hd ? kv_float(kr[lane + 32 * d]) : 0.0f;
       }
+    };
+    const auto load_queries = [&] {
+      for (int i = tid; i < slots * hd; i += kFastThreads) {
+        const int32_t sl = i / hd, d = i % hd;
+        const int32_t row = t.row0 + t.first + slot_of.row(sl);
+        sq[i] = b.q[int64_t{row} * b.ld_q + (int64_t{kvh} * group + slot_of.head(sl)) * hd + d];
+      }
+    };
+    const auto locate_rows = [&] {
+      if (tid < t.count_max) {
+        const int32_t j = t.j0 + tid;
+        const int64_t head_off = int64_t{kvh} * hd;
+        if (j < w.prefix_len) pool_rows(pool, w, j, head_off, krow[tid], vrow[tid]);
+        else window_rows(b, w, j, head_off, krow[tid], vrow[tid]);
+      }
+    };
+    const auto stage_key_rows = [&] {
+      for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
+        copy_async16(sk + i * kVec, krow[i / vecs] + (i % vecs) * kVec);
+      copy_async_commit();
+    };
+    const auto stage_value_rows = [&] {
+      for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
+        copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
+    };
+    if constexpr (kFast) {
+      // A chunk of settled pool keys: its rows located and its copies (BF16 keys, values)
+      // issued before waiting for the kernel before, then the queries. (FP32 keys load into
+      // registers in the score passes, as before: held across the wait they spilled.)
+      const bool early = b.prefix_settled && pool.ring_k == nullptr && t.j0 + t.count_max <= w.prefix_len;
+      if (!early && !waited) {
+        detail::wait_for_prerequisite_grid();
+        waited = true;
+      }
+      locate_rows();
+      if (!early) load_queries();
+      __syncthreads();
+      if (stage_keys) stage_key_rows();
+      stage_value_rows();
+      if (early && !waited) {
+        detail::wait_for_prerequisite_grid();
+        waited = true;
+      }
+      if (early) load_queries();
+      if (stage_keys) {
+        copy_async_commit();
+        copy_async_wait_prior<1>();  // the keys; the values may still be on their way
+      }
+      if (early || stage_keys) __syncthreads();
+    } else {
+      // The slots' queries and the chunk's K/V row addresses (pool prefix or dense window).
+      load_queries();
+      locate_rows();
+      __syncthreads();
+      if (kPaired && stage_keys) stage_key_rows();
+      stage_value_rows();
+      if (kPaired && stage_keys) {
+        copy_async_commit();
+        copy_async_wait_prior<1>();  // the keys; the values may still be on their way
+        __syncthreads();
+      }
+    }
+#pragma unroll 1
+    for (int pass = 0; pass < kKeys / kPassKeys; ++pass) {
+      load_keys(pass);
       for (int sl0 = 0; sl0 < slots; sl0 += 4) {
         float v[kPassKeys * 4];
         pass_dots(sq, sl0, slots, hd, lane, kreg, v, sx);
@@ -291,25 +365,27 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
         const int index = kLean ? lane >> 1 : lane;  // lean: lanes L and L ^ 1 hold the same sum
         const int u = index >> 2, sl = sl0 + (index & 3), jl = warp + (pass * kPassKeys + u) * kFastWarps;
         if (sl < slots && (!kLean || (lane & 1) == 0))
-          sp[sl * kScoreStride + jl] = jl < t.count(t.first + sl / group) ? dot * s.scale : -INFINITY;
+          sp[sl * kScoreStride + jl] = jl < t.count(t.first + slot_of.row(sl)) ? dot * s.scale : -INFINITY;
       }
     }
     __syncthreads();
 
     // Softmax numerators: the chunk kernel's reductions per slot (slot_softmax).
     slot_softmax<kFastThreads>(sp, kScoreStride, red, red2, slots,
-                               [&](int32_t sl) { return t.count(t.first + sl / group); });
+                               [&](int32_t sl) { return t.count(t.first + slot_of.row(sl)); });
     copy_async_wait_all();  // this thread's copies; the barrier shows everyone's
     __syncthreads();
     if (tid < slots)
-      store_slot_stats(s, b, red, red2, tid, t.row0 + t.first + tid / group, int64_t{kvh} * group + tid % group,
-                       t.chunk);
+      store_slot_stats(s, b, red, red2, tid, t.row0 + t.first + slot_of.row(tid),
+                       int64_t{kvh} * group + slot_of.head(tid), t.chunk);
 
     if constexpr (kPaired) {
       // Value sums: thread (part, pair) runs the chains of dims 2 pair, 2 pair + 1 of the
       // slots part, part + parts, ..., up to kPairSlots at a time.
+      // kFast: every thread of the block (2 or 3 slots each for the 8B shape's 20), so
+      // each scheduler has four warps' chains to interleave instead of two.
       const int pairs = hd / 2;
-      const int parts = min(kFastThreads / pairs, (slots + kPairSlots - 1) / kPairSlots);
+      const int parts = kFast ? kFastThreads / pairs : min(kFastThreads / pairs, (slots + kPairSlots - 1) / kPairSlots);
       const int vpart = tid / pairs;
       if (vpart < parts) {
         const int d = 2 * (tid % pairs);
@@ -319,7 +395,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
 #pragma unroll
           for (int i = 0; i < kPairSlots; ++i) slot[i] = vpart + (i0 + i) * parts;
           with_count<kPairSlots>(mine - i0, [&](auto k) {
-            window_pair_chains<decltype(k)::value>(s, b, t, kvh, group, d, slot, sv, sp);
+            window_pair_chains<decltype(k)::value>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
           });
         }
       }
@@ -361,10 +437,17 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
       paired && sizeof(T) == 2 && aligned16(pool.k) && aligned16(b.k) && aligned16(pool.ring_k);
   const size_t bytes = size_t{C} * s.head_dim * sizeof(T) * (stage_keys ? 2 : 1) +
                        size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps) * sizeof(float);
-  auto* kernel = paired ? (lean ? attention_window_kernel<kDimLanes, true, true, T>
-                                : attention_window_kernel<kDimLanes, false, true, T>)
-                        : (lean ? attention_window_kernel<kDimLanes, true, false, T>
-                                : attention_window_kernel<kDimLanes, false, false, T>);
+  // Variant bit 64 (with 32), head_dim 64 or 128 (every lane's dims real): the fast build
+  // (kFast: head_dim fixed, no division sequences, value chains on every thread, a settled
+  // chunk's copies issued before the wait for the kernel before).
+  const bool fast =
+      paired && (attention_variant() & kAttentionFastWindow) != 0 && s.head_dim == 32 * kDimLanes;
+  auto* kernel = fast     ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true>
+                                  : attention_window_kernel<kDimLanes, false, true, T, true>)
+                 : paired ? (lean ? attention_window_kernel<kDimLanes, true, true, T>
+                                  : attention_window_kernel<kDimLanes, false, true, T>)
+                          : (lean ? attention_window_kernel<kDimLanes, true, false, T>
+                                  : attention_window_kernel<kDimLanes, false, false, T>);
   cudaError_t e = allow_dynamic_shared(kernel, bytes);
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,

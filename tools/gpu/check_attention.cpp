@@ -24,6 +24,7 @@ constexpr int32_t kBlockSize = 16;
 int64_t g_bf16_mismatches = 0;  // attention_bf16 vs f32_to_bf16(attention), over every gpu_attention call
 int64_t g_bf16_runs = 0;
 int64_t g_ref_mismatches = 0;  // attention vs attention_reference (the first kernel), bits
+int64_t g_settled_mismatches = 0;  // attention with prefix_settled vs without (early loads), bits
 // BF16 K/V storage: attention over a BF16 pool and window vs the FP32 kernels over the same
 // values widened to floats (exact), and vs the BF16 reference kernel: bits, every launch.
 int64_t g_kv_bf16_mismatches = 0, g_kv_bf16_ref_mismatches = 0;
@@ -158,14 +159,24 @@ std::vector<float> gpu_attention(const cuda::AttentionShape& s, PoolFixture& poo
   const auto got_bf16 = dout_bf16.download();
   for (size_t i = 0; i < out.size(); ++i) g_bf16_mismatches += got_bf16[i] != f32_to_bf16(out[i]);
   ++g_bf16_runs;
-  // the first kernel version: the same bits
-  DeviceBuffer<float> dref(out.size());
-  cuda::AttentionBatch bref = b;
-  bref.out = dref.get();
-  bref.counters = nullptr;
-  CUDA_OK(cuda::attention_reference(s, p, bref, stream));
-  const auto ref = dref.download();
-  for (size_t i = 0; i < out.size(); ++i) g_ref_mismatches += std::memcmp(&ref[i], &out[i], sizeof(float)) != 0;
+  // The batch again into an output of its own: on the first kernel version (reference), or
+  // with the pool prefix declared settled (AttentionBatch::prefix_settled, as a forward's
+  // first step; the pool was uploaded before: settled chunks load before the PDL wait, the
+  // same loads). Both must give `out`'s bits.
+  const auto again = [&](bool reference, bool settled) {
+    DeviceBuffer<float> dagain(out.size());
+    cuda::AttentionBatch copy = b;
+    copy.out = dagain.get();
+    copy.prefix_settled = settled;
+    if (reference) copy.counters = nullptr;
+    CUDA_OK(reference ? cuda::attention_reference(s, p, copy, stream) : cuda::attention(s, p, copy, stream));
+    const auto got = dagain.download();
+    int64_t mismatches = 0;
+    for (size_t i = 0; i < out.size(); ++i) mismatches += std::memcmp(&got[i], &out[i], sizeof(float)) != 0;
+    return mismatches;
+  };
+  g_ref_mismatches += again(true, false);
+  g_settled_mismatches += again(false, true);
 
   // BF16 storage: the pool and the window's K/V as BF16 bits; the FP32 kernels over the
   // same values widened must give the same bits (the BF16 kernels widen exactly, then run
@@ -362,7 +373,8 @@ void time_attention(Report& report, cudaStream_t stream) {
         DeviceWindows dw(s, {{context - n, n, &table, q.data(), k.data(), k.data()}});
         const auto typed = dw.typed(pool, dtype);
         const cuda::PagedPool& p = typed.first;
-        const cuda::AttentionBatch& b = typed.second;
+        cuda::AttentionBatch b = typed.second;
+        b.prefix_settled = true;  // the pool was uploaded before, as a forward's first step
         const double kv_bytes = 2.0 * context * ldkv * (bf16 ? 2 : 4);
         nlohmann::json us_of, rate_of;
         std::vector<float> first;
@@ -575,6 +587,8 @@ void check_attention(Report& report, cudaStream_t stream, const Options& options
   report.exact_count("attention_bf16 == f32_to_bf16(attention)", g_bf16_mismatches,
                      fmt::format("{} launches compared", g_bf16_runs));
   report.exact_count("attention == attention_reference (first kernel) bitwise", g_ref_mismatches,
+                     fmt::format("{} launches compared", g_bf16_runs));
+  report.exact_count("attention with a settled prefix == without, bitwise", g_settled_mismatches,
                      fmt::format("{} launches compared", g_bf16_runs));
   report.exact_count("attention over a BF16 K/V store == the FP32 kernels over the same values, bitwise",
                      g_kv_bf16_mismatches, fmt::format("{} launches compared", g_bf16_runs));
