@@ -112,7 +112,7 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// thread, and a chunk of settled pool keys (AttentionBatch::prefix_settled) located and
 /// its copies issued before waiting for the kernel before (only q waits). The default,
 /// kDefaultAttentionVariant (bits 1, 2, 4, 8, 32, 64), won the A/Bs of kernels/cuda/README.md
-/// ("Eleventh session", "Twelfth session", "Thirteenth session", "Fourteenth session");
+/// ("Eleventh session", "Twelfth session", "Thirteenth session", "Fourteenth session, verify windows");
 /// SPECPIPE_ATTENTION_VARIANT (0..127, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
