@@ -26,15 +26,21 @@ SpecpvConfig parse_config(const std::string& json, int32_t block_size) {
     out = static_cast<int32_t>(x);
   };
   for (const auto& e : j.items()) {
-    static const char* const known[] = {"mode", "sink", "retrieval", "window", "buffer", "refresh_interval"};
+    static const char* const known[] = {"mode", "sink", "retrieval", "window", "buffer", "refresh_interval",
+                                        "adaptive_interval"};
     bool ok = false;
     for (const char* k : known) ok |= e.key() == k;
-    if (!ok) throw bad("unknown key '" + e.key() + "' (known: mode, sink, retrieval, window, buffer, refresh_interval)");
+    if (!ok) throw bad("unknown key '" + e.key() + "' (known: mode, sink, retrieval, window, buffer, refresh_interval, "
+                "adaptive_interval)");
   }
   if (j.contains("mode")) {
     const auto& m = j.at("mode");
     if (!m.is_string() || (m != "exact" && m != "approximate")) throw bad("mode: must be \"exact\" or \"approximate\"");
     c.approximate = m == "approximate";
+  }
+  if (j.contains("adaptive_interval")) {
+    if (!j.at("adaptive_interval").is_boolean()) throw bad("adaptive_interval: not true or false");
+    c.adaptive_interval = j.at("adaptive_interval").get<bool>();
   }
   integer("sink", c.sink_tokens, 0);
   integer("retrieval", c.retrieval_tokens, 0);

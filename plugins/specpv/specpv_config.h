@@ -15,6 +15,10 @@ struct SpecpvConfig {
   int32_t window_tokens = 256;     ///< the most recent tokens
   int32_t buffer_tokens = 128;     ///< most tokens since the last full verification
   int32_t refresh_interval = 4;    ///< partial rounds between full ones (>= 1)
+  /// Per sequence, halve the partial rounds before the next full one after a full round
+  /// that rolled back (down to 1) and double them after one that did not (up to
+  /// refresh_interval): fewer held tokens wasted where the view keeps missing.
+  bool adaptive_interval = false;
   int32_t block_size = 16;         ///< from the host's model description
 
   int32_t retrieval_blocks() const { return retrieval_tokens / block_size; }

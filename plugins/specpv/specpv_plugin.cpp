@@ -67,7 +67,7 @@ specpipe_status specpv_create(const specpipe_host_api* host, const specpipe_mode
                                std::to_string(c.retrieval_blocks()) + " blocks + window " +
                                std::to_string(c.window_tokens) + " + buffer " + std::to_string(c.buffer_tokens) +
                                " tokens, full verification every " + std::to_string(c.refresh_interval + 1) +
-                               " rounds";
+                               " rounds" + (c.adaptive_interval ? " (sooner after a rollback)" : "");
       host->log(host->host, 1, line.c_str());
     }
     *instance = created.release();
@@ -109,7 +109,11 @@ void specpv_observe(void* instance, const specpipe_view_observation* observation
   }
 }
 
-const specpipe_verify_view_hooks kVerifyViewHooks = {specpv_decide, specpv_observe, nullptr};
+void specpv_forget(void* instance, int64_t sequence) {
+  if (instance) self(instance)->policy.forget(sequence);  // an erase: does not throw
+}
+
+const specpipe_verify_view_hooks kVerifyViewHooks = {specpv_decide, specpv_observe, specpv_forget};
 
 const specpipe_plugin_table kTable = {
     SPECPIPE_PLUGIN_ABI_VERSION,

@@ -2,18 +2,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 namespace specpv {
 
 specpipe_view_decision SpecpvPolicy::decide(const specpipe_view_sequence& s) {
   specpipe_view_decision d{SPECPIPE_VIEW_FULL, 0, c_.approximate ? 1 : 0, c_.sink_tokens, c_.retrieval_blocks(),
                            c_.window_tokens, c_.buffer_tokens};
   const int64_t since_full = int64_t{s.context_length} - s.verified_length + s.window;
+  const auto own = c_.adaptive_interval ? interval_.find(s.sequence) : interval_.end();
+  const int32_t interval = own == interval_.end() ? c_.refresh_interval : own->second;
   if (s.sampled) {
     ++full_;
   } else if (int64_t{s.context_length} + s.window <= c_.budget()) {
     ++full_;  // the whole context fits the budget: nothing to save
     ++short_context_;
-  } else if (!s.retrieval_ready || s.rounds_since_full >= c_.refresh_interval || since_full > c_.buffer_tokens) {
+  } else if (!s.retrieval_ready || s.rounds_since_full >= interval || since_full > c_.buffer_tokens) {
+    if (s.retrieval_ready && s.rounds_since_full < c_.refresh_interval && since_full <= c_.buffer_tokens) ++early_full_;
     d.refresh = 1;
     ++full_;
     ++refreshes_;
@@ -34,6 +39,11 @@ void SpecpvPolicy::observe(std::span<const specpipe_view_observation> observatio
       full_accepted_ += o.accepted;
       rollbacks_ += o.rolled_back > 0 ? 1 : 0;
       rolled_back_tokens_ += o.rolled_back;
+      if (c_.adaptive_interval) {
+        int32_t& k = interval_.try_emplace(o.sequence, c_.refresh_interval).first->second;
+        if (o.rolled_back > 0 && k > 1) ++interval_cuts_;
+        k = o.rolled_back > 0 ? std::max(1, k / 2) : std::min(c_.refresh_interval, k * 2);
+      }
     }
   }
 }
@@ -53,6 +63,9 @@ std::string SpecpvPolicy::metrics_json() const {
       {"full_accepted", full_accepted_},
       {"rollbacks", rollbacks_},
       {"rolled_back_tokens", rolled_back_tokens_},
+      {"adaptive_interval", c_.adaptive_interval},
+      {"early_full_decisions", early_full_},
+      {"interval_cuts", interval_cuts_},
   };
   return j.dump();
 }

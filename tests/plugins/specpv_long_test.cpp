@@ -19,10 +19,10 @@ PipelineConfig with_specpv(const std::string& config_json) {
   return c;
 }
 
-TEST(SpecpvExactLong, LongPromptsEqualPlain) {
-  // 256 tokens of view: a tenth of the short prompt, under a twentieth of the long one.
-  // (On this CPU the 3,000-token prompt rolls back, the 7,000-token one did not.)
-  actors::Engine engine(with_specpv(R"({"sink": 32, "retrieval": 128, "window": 32, "buffer": 64})"));
+/// 256 tokens of view: a tenth of the short prompt, under a twentieth of the long one.
+/// (On this CPU the 3,000-token prompt rolls back, the 7,000-token one did not.)
+void expect_long_prompts_plain(const std::string& extra) {
+  actors::Engine engine(with_specpv(R"({"sink": 32, "retrieval": 128, "window": 32, "buffer": 64)" + extra + "}"));
   int64_t rollbacks = 0;
   for (const auto& c : test::golden_long()["cases"]) {
     const auto prompt = test::ids(c["prompt_ids"]);
@@ -32,6 +32,14 @@ TEST(SpecpvExactLong, LongPromptsEqualPlain) {
     rollbacks += got.stats.view.rollbacks;
   }
   EXPECT_GT(rollbacks, 0);
+}
+
+TEST(SpecpvExactLong, LongPromptsEqualPlain) { expect_long_prompts_plain(""); }
+
+// The adaptive interval (full rounds brought forward after rollbacks) changes the
+// schedule only: the same tokens.
+TEST(SpecpvExactLong, LongPromptsEqualPlainWithTheAdaptiveInterval) {
+  expect_long_prompts_plain(R"(, "adaptive_interval": true)");
 }
 
 TEST(SpecpvExactLong, EveryGoldenCaseEqualsPlain) {

@@ -77,6 +77,19 @@ TEST(SpecpvExact, GoldenCasesEqualPlainWithPartialRoundsAndRollbacks) {
   EXPECT_EQ(m["retrieval"]["on_device"].get<int64_t>(), cuda ? v.refreshes : 0) << m.dump();
 }
 
+// adaptive_interval: a full round that rolled back halves that sequence's partial rounds
+// before the next full one (counted), and the output stays plain decoding's.
+TEST(SpecpvExact, AdaptiveIntervalVerifiesSoonerAfterARollbackAndStaysExact) {
+  actors::Engine engine(with_specpv(std::string(kTiny) + R"(, "adaptive_interval": true})"));
+  const ViewStats v = expect_golden(engine, 1, 32);
+  EXPECT_GT(v.rollbacks, 0);
+  const nlohmann::json m = engine.strategy_metrics()["verify_view"];
+  EXPECT_TRUE(m["adaptive_interval"].get<bool>()) << m.dump();
+  EXPECT_GT(m["interval_cuts"].get<int64_t>(), 0) << m.dump();
+  EXPECT_GT(m["early_full_decisions"].get<int64_t>(), 0) << m.dump();
+  EXPECT_FALSE(m["host"]["disabled"].get<bool>()) << m.dump();
+}
+
 // Batched: sequences with views of their own (and rollbacks) in one verify forward.
 TEST(SpecpvExact, ConcurrentRequestsEqualPlain) {
   actors::Engine engine(with_specpv(std::string(kTiny) + "}"));
@@ -139,6 +152,7 @@ TEST(SpecpvConfig, UnusableConfigsAreRefusedWithTheReason) {
   expect_refused(R"({"mode": "fast"})", "mode: must be \"exact\" or \"approximate\"");
   expect_refused(R"({"sink": -1})", "sink: -1 is not in");
   expect_refused(R"({"windows": 3})", "unknown key 'windows'");
+  expect_refused(R"({"adaptive_interval": 1})", "adaptive_interval: not true or false");
 }
 
 TEST(SpecpvConfig, PipelineRefusesItBeforeRunning) {
