@@ -39,7 +39,8 @@ struct Request {
   bool in_round = false;           ///< part of a round in flight
   bool cancelled = false;
   ViewState view;                  ///< SpecPV: the tokens since the last full verification
-  int64_t drafted_round = -1;      ///< the last round it had drafts in (-1: none yet)
+  int64_t rounds = 0;              ///< rounds it was in so far (its own count: micro-batches interleave the global one)
+  int64_t drafted_round = -1;      ///< its own round count when it last had drafts (-1: none yet)
 };
 
 class Scheduler : public scheduler_actor::base {
@@ -298,18 +299,21 @@ class Scheduler : public scheduler_actor::base {
     // What the verify_plan strategy learns from: costs, and each sequence's acceptance.
     int32_t draft_steps = 0;
     int64_t window_tokens = 0;
-    // A sequence drafting for the first time, or again after rounds without drafts, has
-    // the draft model catch up on its context first (its whole prompt the first time):
-    // that round says nothing about what drafting costs a round.
+    // A sequence drafting for the first time, or again after more than kCatchUpRounds of
+    // its own rounds without drafts, has the draft model catch up on its context first
+    // (its whole prompt the first time): that round says nothing about what drafting
+    // costs a round. Counted per sequence: with micro-batches the global round numbers
+    // interleave, so their difference would overstate a sequence's gap.
     constexpr int64_t kCatchUpRounds = 4;
     bool catch_up = false;
     std::vector<PlanObservation> observed;
     for (const RoundItem& item : b.items) {
-      if (!item.drafts.empty()) {
-        auto it = requests_.find(item.request);
-        if (it != requests_.end()) {
-          catch_up = catch_up || it->second.drafted_round < 0 || b.round - it->second.drafted_round > kCatchUpRounds;
-          it->second.drafted_round = b.round;
+      if (auto it = requests_.find(item.request); it != requests_.end()) {
+        Request& r = it->second;
+        ++r.rounds;
+        if (!item.drafts.empty()) {
+          catch_up = catch_up || r.drafted_round < 0 || r.rounds - r.drafted_round > kCatchUpRounds;
+          r.drafted_round = r.rounds;
         }
       }
       draft_steps = std::max(draft_steps, static_cast<int32_t>(item.drafts.size()));

@@ -113,11 +113,82 @@ void CostModel::add_round(const RoundSample& r) {
     b.since_plain = 0;
   } else {
     ++b.since_plain;
-    // The drafts' window tokens at this batch size's slope come off: what is left is
-    // plain, the drafter's fixed cost and its steps.
-    const auto extra = static_cast<double>(r.window_tokens - r.sequences);
-    b.drafting.add(r.draft_steps, r.wall_ms - token_ms(b, pooled(0)) * extra);
+    // Kept whole: the drafts' window tokens come off at the slope known when the line is
+    // read (with the slope of the time each round was added, rounds added as the slope
+    // moved disagreed, and a drafting cost counted twice or not at all froze SCV off).
+    b.drafting[b.drafting_seen++ % kDraftKept] = {static_cast<double>(r.draft_steps),
+                                                   static_cast<double>(r.window_tokens - r.sequences), r.wall_ms};
   }
+}
+
+namespace {
+
+/// What a device round usually costs, from a few (sorted) wall times: the lower third,
+/// not the median. What slows a round only ever adds (a shape's first two rounds run
+/// eagerly and then capture a CUDA graph, a catch-up, a stall), so of three rounds of a
+/// new shape two are slow and the median would be one of them.
+template <typename It, typename Ms>
+double usual_ms(It first, size_t count, Ms ms) {
+  return ms(*(first + static_cast<std::ptrdiff_t>((count - 1) / 3)));
+}
+
+/// Whether some draft length has `usual` rounds among the first `kept` of `at` (sorted
+/// by length).
+template <typename Rounds>
+bool has_usual_length(const Rounds& at, size_t kept, size_t usual) {
+  for (size_t first = 0, end = 0; first < kept; first = end) {
+    for (end = first; end < kept && at[end].steps == at[first].steps;) ++end;
+    if (end - first >= usual) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+size_t CostModel::Bucket::sorted_drafting(std::array<DraftRound, kDraftKept>& at, double token_ms) const {
+  const size_t kept = std::min(drafting_seen, kDraftKept);
+  at = drafting;
+  // What is left of a round less its drafts' window tokens: plain, the drafter's fixed
+  // cost and its steps.
+  for (size_t i = 0; i < kept; ++i) at[i].ms = at[i].wall_ms - token_ms * at[i].extra_tokens;
+  std::sort(at.begin(), at.begin() + static_cast<std::ptrdiff_t>(kept),
+            [](const DraftRound& x, const DraftRound& y) { return x.steps != y.steps ? x.steps < y.steps : x.ms < y.ms; });
+  return kept;
+}
+
+bool CostModel::Bucket::has_drafting_line() const {
+  std::array<DraftRound, kDraftKept> at;
+  const size_t kept = sorted_drafting(at, 0);
+  // Rounds spread over many lengths, none with kUsualRounds, still make a line once
+  // there are enough of them: only a server's first few are all new shapes.
+  return kept >= 2 * kUsualRounds || has_usual_length(at, kept, kUsualRounds);
+}
+
+CostModel::DraftLine CostModel::Bucket::drafting_line(double token_ms) const {
+  std::array<DraftRound, kDraftKept> at;
+  const size_t kept = sorted_drafting(at, token_ms);
+  // Per draft length with kUsualRounds rounds or more among those kept (every length if
+  // none has that many), its usual cost, weighted by its rounds: least squares over
+  // those. Fewer may all be a new shape's slow rounds, and one such point among good ones
+  // tilts the line (a negative slope puts every cost in the fixed part).
+  const bool any_usual = has_usual_length(at, kept, kUsualRounds);
+  double w = 0, wx = 0, wy = 0, wxx = 0, wxy = 0;
+  for (size_t first = 0, end = 0; first < kept; first = end) {
+    for (end = first; end < kept && at[end].steps == at[first].steps;) ++end;
+    const size_t count = end - first;
+    if (any_usual && count < kUsualRounds) continue;
+    const double y = usual_ms(at.begin() + static_cast<std::ptrdiff_t>(first), count,
+                              [](const DraftRound& r) { return r.ms; });
+    const auto c = static_cast<double>(count);
+    const double x = at[first].steps;
+    w += c, wx += c * x, wy += c * y, wxx += c * x * x, wxy += c * x * y;
+  }
+  DraftLine line;
+  line.mean_steps = wx / w;
+  line.mean_ms = wy / w;
+  line.step_variance = wxx / w - line.mean_steps * line.mean_steps;
+  if (line.step_variance > 1e-9) line.slope = (wxy / w - line.mean_steps * line.mean_ms) / line.step_variance;
+  return line;
 }
 
 double CostModel::Bucket::plain_at(double n, double token_ms) const {
@@ -126,12 +197,17 @@ double CostModel::Bucket::plain_at(double n, double token_ms) const {
   for (size_t i = 0; i < kept; ++i)
     at[i] = plain[i].wall_ms + (token_ms < 0 ? 0.0 : token_ms * (n - plain[i].sequences));
   std::sort(at.begin(), at.begin() + static_cast<std::ptrdiff_t>(kept));
-  return kept % 2 ? at[kept / 2] : (at[kept / 2 - 1] + at[kept / 2]) / 2;
+  return usual_ms(at.begin(), kept, [](double ms) { return ms; });
 }
 
 bool CostModel::plain_due(int32_t sequences) const {
   if (sequences <= 0) return false;
   const Bucket& b = buckets_[bucket_of(sequences)];
+  // Too few yet at this size: plain first, kUsualRounds of them (a new shape's first two
+  // rounds are slow), so that a strategy is fed neither the pooled estimates (blind to
+  // the batch size) nor a plain round made dear by its shape's first sightings, which
+  // made drafting look cheap beside it.
+  if (b.plain_seen < kUsualRounds) return true;
   return b.since_plain >= (b.plain_seen < kPlainKept ? 2 : kPlainEvery);
 }
 
@@ -164,39 +240,72 @@ PlanCosts CostModel::pooled(int32_t token_budget) const {
   return c;
 }
 
+CostModel::DraftCosts CostModel::Bucket::draft_costs(double token_ms, double& plain_ref, bool plain_measured) const {
+  // Drafting rounds whose steps varied by about a step give the line: its slope (>= 0: a
+  // flat line means the steps cost nothing next to the drafter's fixed cost) is a step,
+  // and what it has above plain at zero steps the fixed cost. Rounds of about one length,
+  // or a line below plain at zero steps: all they cost beyond plain is per step.
+  const DraftLine d = drafting_line(token_ms);
+  constexpr double kMinStepVariance = 0.5;
+  if (d.step_variance > kMinStepVariance) {
+    const double step = std::max(0.0, d.slope);
+    const double at_zero = d.mean_ms - step * d.mean_steps;
+    if (!plain_measured && at_zero > 0) plain_ref = at_zero;
+    if (at_zero >= plain_ref) return {step, at_zero - plain_ref};
+  }
+  return {std::max(0.0, d.mean_ms - plain_ref) / d.mean_steps, 0};
+}
+
+const CostModel::Bucket* CostModel::nearest_drafting(size_t k) const {
+  // The nearest size first; of two as near, the larger (drafting costs grow with the
+  // batch: the cautious guess).
+  for (size_t d = 1; d < kBuckets; ++d)
+    for (const size_t j : {k + d, k - d})
+      if (j < kBuckets && buckets_[j].plain_seen > 0 && buckets_[j].has_drafting_line()) return &buckets_[j];
+  return nullptr;
+}
+
 PlanCosts CostModel::costs(int32_t sequences, int32_t token_budget) const {
   PlanCosts c = pooled(token_budget);
   if (sequences <= 0) return c;
-  const Bucket& b = buckets_[bucket_of(sequences)];
+  const size_t k = bucket_of(sequences);
+  const Bucket& b = buckets_[k];
   const bool no_plain = b.plain_seen == 0;
-  if (no_plain && b.drafting.empty()) return c;  // a batch size not seen yet
+  const bool drafting = b.has_drafting_line();
+  if (no_plain && !drafting) return c;  // a batch size not seen yet
   const double t = token_ms(b, c);
   const auto n = static_cast<double>(sequences);
-  // A round without drafts at this batch size: measured (the median of the last few), or
+  // A round without drafts at this batch size: measured (the lower third of the last few), or
   // else (no such round yet) the drafting line at zero steps, or else the pooled verify
   // line at n tokens.
   double plain = no_plain ? c.verify_base_ms + t * n : b.plain_at(n, t);
-  if (!b.drafting.empty()) {
-    // Drafting rounds whose steps varied by about a step give the line: its slope (>= 0:
-    // a flat line means the steps cost nothing next to the drafter's fixed cost) is a
-    // step, and what it has above plain at zero steps the fixed cost. Rounds of about one
-    // length, or a line below plain at zero steps: all they cost beyond plain is per step.
-    const RecentLine& d = b.drafting;
+  if (drafting) {
     // Drafting rounds are compared with plain at the batch sizes they were measured at.
     double plain_ref = no_plain ? plain : b.plain_at(0, -1);
-    constexpr double kMinStepVariance = 0.5;
+    const DraftCosts d = b.draft_costs(t, plain_ref, !no_plain);
+    if (no_plain) plain = plain_ref;
+    c.draft_step_ms = d.step_ms;
+    c.draft_base_ms = d.base_ms;
+  } else if (const Bucket* near = nearest_drafting(k)) {
+    // Plain rounds but no drafting line at this size yet (a batch size passed through
+    // while a level fills or drains, or one where the strategy has not drafted): the
+    // nearest size's drafting costs, scaled by the two sizes' plain rounds. The pooled
+    // line (the draft actor's time over every size) hides the drafter's fixed cost and
+    // its growth with the batch: on a device a strategy fed it drafted at 64 sequences
+    // where a drafting round costs several plain ones.
+    double there = near->plain_at(0, -1);
+    const DraftCosts d = near->draft_costs(token_ms(*near, c), there, true);
+    const double scale = there > 0 ? b.plain_at(0, -1) / there : 1.0;
+    c.draft_step_ms = d.step_ms * scale;
+    c.draft_base_ms = d.base_ms * scale;
+  } else {
+    // Plain rounds and no drafting line at any size (a server's first rounds): drafting
+    // costs nothing until measured, so a strategy drafts and its rounds make the line.
+    // The pooled draft time would be a few rounds' mean, shapes' first sightings
+    // included, dear enough that no acceptance repays it: a strategy then neither drafts
+    // nor probes, and nothing measures it again.
+    c.draft_step_ms = 0;
     c.draft_base_ms = 0;
-    c.draft_step_ms = -1;
-    if (d.has_slope(kMinStepVariance)) {
-      const double step = std::max(0.0, d.raw_slope());
-      const double at_zero = d.mean_y() - step * d.mean_x();
-      if (no_plain && at_zero > 0) plain = plain_ref = at_zero;
-      if (at_zero >= plain_ref) {
-        c.draft_step_ms = step;
-        c.draft_base_ms = at_zero - plain_ref;
-      }
-    }
-    if (c.draft_step_ms < 0) c.draft_step_ms = std::max(0.0, d.mean_y() - plain_ref) / d.mean_x();
   }
   c.verify_token_ms = t;
   c.verify_base_ms = std::max(0.0, plain - t * n);

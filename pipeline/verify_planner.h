@@ -121,11 +121,17 @@ struct RoundSample {
 /// it keeps three lines: the verify forward over window tokens (the slope: a window
 /// token's cost), rounds without drafts (what plain decoding costs at this batch), and
 /// rounds with drafts over their draft steps, less their extra window tokens at that
-/// slope (intercept: plain plus the drafter's fixed cost; slope: a draft step).
+/// slope (intercept: plain plus the drafter's fixed cost; slope: a draft step). Plain and
+/// drafting rounds alike are kept as the last few and read by their lower third (the
+/// drafting line goes through each draft length's, once it has 3 rounds), so the rounds
+/// at a shape's first sightings, which run eagerly or capture a CUDA graph, make neither
+/// look dear.
 ///
-/// Where a batch size lacks a line the pooled estimates fill in (every round, as before
-/// the batch split): the verify forward's line over window tokens and the draft time's
-/// line over draft steps. A drafter's fixed cost per round goes to draft_base_ms, so the
+/// A batch size with plain rounds but no drafting round of its own takes the nearest
+/// size's drafting costs, scaled by the two sizes' plain rounds. Where a batch size lacks
+/// both the pooled estimates fill in (every round, as before the batch split): the verify
+/// forward's line over window tokens and the draft time's line over draft steps; a
+/// planning strategy gets a plain round there first (plain_due). A drafter's fixed cost per round goes to draft_base_ms, so the
 /// planner weighs one more draft at its marginal price and sees what turning speculation
 /// off saves. Until draft steps have varied by about a step, or when the fit is
 /// implausible (a negative fixed cost), all draft time counts per step: the per-step cost
@@ -139,33 +145,66 @@ class CostModel {
   /// speculation off costs at this batch size: a strategy that drafts at a batch size
   /// never sees a plain round there otherwise, and the drafting line's value at zero
   /// steps (which holds the drafter's fixed cost) stood in for it, so turning off looked
-  /// as if it saved nothing. Due after 2 drafting rounds while fewer than kPlainKept plain
-  /// rounds are known at the size, then after every kPlainEvery.
+  /// as if it saved nothing. Due at once at a size with fewer than kUsualRounds plain
+  /// rounds, after 2 drafting rounds while fewer than kPlainKept are known there, then
+  /// after every kPlainEvery.
   bool plain_due(int32_t sequences) const;
 
   /// Batch sizes are kept to the nearest power of two: [0, kBuckets).
   static constexpr size_t kBuckets = 12;
   static size_t bucket_of(int32_t sequences);
-  /// Plain rounds kept per batch size: their median is the estimate, so one round that
-  /// captured a CUDA graph or ran eagerly (a shape's first sightings) does not count.
+  /// Plain rounds kept per batch size: their lower third is the estimate, so the rounds
+  /// that ran eagerly or captured a CUDA graph (a shape's first sightings) do not count.
   static constexpr size_t kPlainKept = 5;
   static constexpr int32_t kPlainEvery = 64;
+  /// Drafting rounds kept per batch size (a ring): the line goes through the lower third
+  /// of each draft length's rounds among them.
+  static constexpr size_t kDraftKept = 16;
+  /// Rounds of one draft length a drafting line needs before it counts that length: a
+  /// shape's first two rounds on a device run eagerly and capture a CUDA graph.
+  static constexpr size_t kUsualRounds = 3;
 
  private:
   struct PlainRound {
     double sequences = 0, wall_ms = 0;
+  };
+  struct DraftRound {
+    double steps = 0, extra_tokens = 0, wall_ms = 0;  // extra_tokens: the drafts' window tokens
+    double ms = 0;  // wall_ms less extra_tokens at the slope when read (sorted_drafting)
+  };
+  /// The drafting rounds' line: per draft length its lower third, weighted by how many
+  /// rounds had that length.
+  struct DraftLine {
+    double mean_steps = 0, mean_ms = 0, step_variance = 0, slope = 0;
+  };
+  struct DraftCosts {
+    double step_ms = 0, base_ms = 0;
   };
   struct Bucket {
     RecentLine verify;    // verify_ms ~ base + per token * window tokens
     std::array<PlainRound, kPlainKept> plain{};  // the last rounds without drafts (a ring)
     size_t plain_seen = 0;                        // rounds without drafts so far
     int32_t since_plain = 0;                      // drafting rounds since the last plain one
-    RecentLine drafting;  // rounds with drafts: wall_ms less extra window tokens, over draft steps
-    /// The median plain round at `n` windows (each kept round moved to n at `token_ms`
+    std::array<DraftRound, kDraftKept> drafting{};  // the last rounds with drafts (a ring)
+    size_t drafting_seen = 0;                        // rounds with drafts so far
+    /// The kept drafting rounds, their drafts' window tokens off at `token_ms` each,
+    /// sorted by draft length, then cost; returns how many.
+    size_t sorted_drafting(std::array<DraftRound, kDraftKept>& at, double token_ms) const;
+    /// Whether a draft length has kUsualRounds rounds among those kept: a line.
+    bool has_drafting_line() const;
+    DraftLine drafting_line(double token_ms) const;  // needs has_drafting_line()
+    /// A draft step and the drafter's fixed cost from the drafting line, against
+    /// `plain_ref` (plain at the sizes measured; with plain not measured, the line's value
+    /// at zero steps replaces it when positive). Needs has_drafting_line().
+    DraftCosts draft_costs(double token_ms, double& plain_ref, bool plain_measured) const;
+    /// The usual plain round (the lower third of those kept) at `n` windows (each kept round moved to n at `token_ms`
     /// a window), or at the sizes measured when token_ms < 0. Needs plain_seen > 0.
     double plain_at(double n, double token_ms) const;
   };
   PlanCosts pooled(int32_t token_budget) const;
+  /// The nearest bucket to `k` with plain and drafting rounds (of two as near, the
+  /// larger), or null.
+  const Bucket* nearest_drafting(size_t k) const;
   double token_ms(const Bucket& b, const PlanCosts& pooled) const;
 
   RecentLine draft_;   // draft_ms ~ fixed + per step * draft_steps (rounds that drafted)

@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kKnownKeys =
-    "prior_acceptance, prior_weight, probe_interval, max_gamma, min_gain, memory_rounds, switch_gain";
+    "prior_acceptance, prior_weight, probe_interval, probe_rounds, max_gamma, min_gain, memory_rounds, switch_gain";
 
 std::string show(double v) {
   char buf[32];
@@ -92,6 +92,8 @@ ScvConfig parse_scv_config(std::string_view text, int32_t model_max_gamma) {
       config.prior_weight = real_in(key, value, 0, 1e12, true, "a number > 0");
     } else if (key == "probe_interval") {
       config.probe_interval = integer_in(key, value, 1, 1 << 30, "an integer >= 1");
+    } else if (key == "probe_rounds") {
+      config.probe_rounds = integer_in(key, value, 1, 1 << 30, "an integer >= 1");
     } else if (key == "max_gamma") {
       const std::string range = "an integer in [0, " + std::to_string(std::min(model_max_gamma, kGammaLimit)) +
                                 "] (the model's max_gamma " + std::to_string(model_max_gamma) + ", SCV's limit " +

@@ -12,8 +12,9 @@ inline constexpr int32_t kGammaLimit = 64;
 
 struct ScvConfig {
   double prior_acceptance = 0.6;  ///< [0, 1]: acceptance assumed before any evidence
-  double prior_weight = 4;        ///< > 0: pseudo-drafts behind each prior
+  double prior_weight = 16;       ///< > 0: pseudo-drafts behind each prior
   int32_t probe_interval = 16;    ///< >= 1: rounds at gamma 0 before a probe at gamma 1
+  int32_t probe_rounds = 4;       ///< >= 1: consecutive rounds a probe lasts
   int32_t max_gamma = 0;          ///< [0, model max_gamma]: cap on every gamma
   double min_gain = 0.01;         ///< >= 0: relative improvement a step must bring
   int32_t memory_rounds = 16;     ///< >= 1: rounds of a sequence's evidence that count

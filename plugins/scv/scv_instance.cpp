@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <limits>
 
 #include "scv_errors.h"
@@ -69,12 +70,18 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
                                 std::min(sequences[i].max_gamma, config_.max_gamma),
                                 sequences[i].requested_gamma};
   RoundPlan plan = plan_round(windows_, costs, PlannerOptions{config_.min_gain, previous_max_gamma_, config_.switch_gain});
+  const int32_t previous = previous_max_gamma_;
   // The planned largest gamma, probes aside: what the next round's hysteresis keeps.
   previous_max_gamma_ = *std::max_element(plan.gamma.begin(), plan.gamma.end());
+  if (previous_max_gamma_ != previous || round_ % 1024 == 0) trace(sequences, costs, plan, previous);
 
   // Exploration: a sequence the model keeps at 0 would never produce new evidence, so
-  // after probe_interval such rounds it drafts one token (within the budget), where
-  // drafting could pay at all: if every draft would be accepted.
+  // after probe_interval such rounds it drafts one token for probe_rounds rounds in a row
+  // (within the budget), where drafting could pay at all: if every draft would be
+  // accepted. A probe's first round carries the drafter's catch-up on the tokens decided
+  // while it was off, which a host leaves out of what drafting costs; its later rounds
+  // are what refreshes that cost, which otherwise stays whatever it was when the
+  // sequence turned off.
   int64_t spare_tokens = std::numeric_limits<int64_t>::max();
   if (costs.token_budget > 0) {
     spare_tokens = costs.token_budget;
@@ -87,21 +94,32 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
     SequenceState& state = states_[sequences[i].sequence];  // references survive rehashing
     states_now_[i] = &state;
     state.last_round = round_;
-    if (plan.gamma[i] > 0) {
-      state.rounds_off = 0;
-    } else if (may_probe && windows_[i].cap >= 1 && ++state.rounds_off >= config_.probe_interval) {
+    if (plan.gamma[i] > 0 || !may_probe || windows_[i].cap < 1) {
+      if (plan.gamma[i] > 0) state.rounds_off = 0;
+      state.probe_left = 0;
+    } else if (state.probe_left > 0) {
+      due_.push_back(i);  // a probe under way goes on
+    } else if (++state.rounds_off >= config_.probe_interval) {
       if (drafting_could_pay(costs, plan, windows_[i].cap)) due_.push_back(i);
       else ++counters_.probes_skipped;
     }
   }
-  // Under a tight budget the longest-waiting go first, so none starves.
-  std::stable_sort(due_.begin(), due_.end(),
-                   [&](size_t x, size_t y) { return states_now_[x]->rounds_off > states_now_[y]->rounds_off; });
+  // Under a tight budget probes under way go first, then the longest-waiting, so none
+  // starves.
+  const auto waited = [&](size_t i) {
+    return states_now_[i]->probe_left > 0 ? std::numeric_limits<int32_t>::max() : states_now_[i]->rounds_off;
+  };
+  std::stable_sort(due_.begin(), due_.end(), [&](size_t x, size_t y) { return waited(x) > waited(y); });
   for (size_t i : due_) {
-    if (spare_tokens <= 0) break;
+    SequenceState& state = *states_now_[i];
+    if (spare_tokens <= 0) {
+      state.probe_left = 0;  // cut short: the next probe starts afresh
+      continue;
+    }
     plan.gamma[i] = 1;
     --spare_tokens;
-    states_now_[i]->rounds_off = 0;
+    state.probe_left = state.probe_left > 0 ? state.probe_left - 1 : config_.probe_rounds - 1;
+    state.rounds_off = 0;
     ++counters_.probes;
   }
   for (size_t i = 0; i < sequences.size(); ++i) states_now_[i]->last_gamma = plan.gamma[i];
@@ -122,6 +140,24 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
   }
   std::copy(plan.gamma.begin(), plan.gamma.end(), gamma.begin());
   if (round_ % 1024 == 0) evict_stale();
+}
+
+void ScvInstance::trace(std::span<const specpipe_plan_sequence> sequences, const RoundCosts& costs,
+                        const RoundPlan& plan, int32_t previous) const {
+  if (!host_) return;
+  double acceptance = 0;
+  for (const WindowRequest& w : windows_) acceptance += w.acceptance;
+  acceptance /= static_cast<double>(windows_.size());
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "scv: round %llu batch %zu: largest gamma %d (was %d)%s; costs step %.4f base %.4f verify %.4f + "
+                "%.5f/token ms; tokens/ms planned %.3f, plain %.3f; mean acceptance %.3f",
+                static_cast<unsigned long long>(round_), sequences.size(),
+                *std::max_element(plan.gamma.begin(), plan.gamma.end()), previous,
+                plan.measured ? "" : " (costs unmeasured)", costs.draft_step_ms, costs.draft_base_ms,
+                costs.verify_base_ms, costs.verify_token_ms, plan.tokens_per_ms(), plan.plain_tokens_per_ms,
+                acceptance);
+  log(0, line);
 }
 
 void ScvInstance::observe(std::span<const specpipe_plan_observation> observations) {

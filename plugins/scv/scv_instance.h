@@ -50,10 +50,15 @@ class ScvInstance {
  private:
   struct SequenceState {
     int32_t rounds_off = 0;   ///< consecutive rounds planned at 0 by choice
+    int32_t probe_left = 0;   ///< rounds of its current probe still to come
     int32_t last_gamma = -1;  ///< -1 until planned
     uint64_t last_round = 0;  ///< the last round that planned or observed it
   };
   void evict_stale();
+  /// A debug line when the round's largest gamma changes (and every 1024 rounds): what
+  /// the planner saw and chose.
+  void trace(std::span<const specpipe_plan_sequence> sequences, const RoundCosts& costs, const RoundPlan& plan,
+             int32_t previous) const;
 
   ScvConfig config_;
   const specpipe_host_api* host_;

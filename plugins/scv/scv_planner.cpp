@@ -101,6 +101,20 @@ class MeasuredPlanner {
   std::vector<Draft> drafts_;
 };
 
+/// Whether any first draft would be taken at G = 1 (MeasuredPlanner::best_for(1)'s first
+/// test, for the best of them): if none is, the plan is 0 for all and no larger G can
+/// win. O(n), where the planner sorts n x cap drafts: under load, where speculation is
+/// off, the common case, and a round's planning is on the scheduler's critical path.
+bool first_draft_pays(std::span<const WindowRequest> windows, const RoundCosts& costs, double min_gain) {
+  const auto n = static_cast<double>(windows.size());
+  if (costs.token_budget > 0 && costs.token_budget - static_cast<int64_t>(windows.size()) < 1) return false;
+  double best = 0;
+  for (const WindowRequest& w : windows)
+    if (w.cap >= 1) best = std::max(best, clamp_acceptance(w.acceptance));
+  const double cost = costs.verify_base_ms + costs.verify_token_ms * n + costs.draft_step_ms + costs.draft_base_ms;
+  return best > 0 && best * cost > costs.verify_token_ms * (1 + min_gain) * n;
+}
+
 }  // namespace
 
 double expected_tokens(double acceptance, int32_t gamma) {
@@ -129,10 +143,15 @@ bool drafting_could_pay(const RoundCosts& costs, const RoundPlan& plan, int32_t 
   const int32_t top = plan.gamma.empty() ? 0 : *std::max_element(plan.gamma.begin(), plan.gamma.end());
   // g drafts all accepted add g tokens; they cost g window tokens, the steps beyond the
   // round's G, and the drafter's fixed cost if the round drafts nothing yet. The ratio
-  // is monotone in g between the kinks, so its ends and the kink decide.
+  // is monotone in g between the kinks, so its ends and the kink decide. At half that
+  // cost: the drafting costs a sequence was turned off on may be stale or inflated (a
+  // stall, a shape's first rounds), and a probe is what measures them again; where
+  // drafting costs several plain rounds (a large batch on a device) even half does not
+  // pay.
+  constexpr double kProbeCostShare = 0.5;
   for (const int32_t g : {1, std::clamp(top, 1, cap), cap}) {
-    const double extra = costs.verify_token_ms * g + costs.draft_step_ms * std::max(0, g - top) +
-                         (top == 0 ? costs.draft_base_ms : 0);
+    const double extra = kProbeCostShare * (costs.verify_token_ms * g + costs.draft_step_ms * std::max(0, g - top) +
+                                            (top == 0 ? costs.draft_base_ms : 0));
     if ((plan.expected_tokens + g) * plan.cost_ms > plan.expected_tokens * (plan.cost_ms + extra)) return true;
   }
   return false;
@@ -150,8 +169,8 @@ RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& c
     if (!plan.measured) {
       for (size_t i = 0; i < n; ++i) plan.gamma[i] = std::clamp(windows[i].requested, 0, std::max(windows[i].cap, 0));
       trim_to_budget(plan.gamma, budget);
-    } else {
-      const double min_gain = options.min_gain > 0 ? options.min_gain : 0.0;
+    } else if (const double min_gain = options.min_gain > 0 ? options.min_gain : 0.0;
+               first_draft_pays(windows, costs, min_gain)) {
       const MeasuredPlanner planner(windows, costs, min_gain);
       int32_t best_g = 0;
       double best = planner.best_for(0, nullptr).ratio;

@@ -66,9 +66,10 @@ double expected_tokens(double acceptance, int32_t gamma);
 double round_cost_ms(const RoundCosts& costs, std::span<const int32_t> gamma);
 
 /// Whether one sequence now planned at 0 with cap `cap` could raise the planned round's
-/// tokens per ms by drafting if every draft were accepted: the test a probe must pass to
-/// be worth its cost (at a large batch on a device no acceptance pays for drafting, and a
-/// probe there only slows the round).
+/// tokens per ms by drafting if every draft were accepted and drafting cost half what the
+/// costs say (they may be stale): the test a probe must pass to be worth its cost (at a
+/// large batch on a device no acceptance pays for drafting, and a probe there only slows
+/// the round).
 bool drafting_could_pay(const RoundCosts& costs, const RoundPlan& plan, int32_t cap);
 
 /// Plans one round.

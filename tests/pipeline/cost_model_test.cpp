@@ -122,22 +122,23 @@ TEST(CostModel, ABatchSizeThatOnlyDraftedGetsPlainRoundsMeasuredAndTheirMedianCo
   // for it, and turning speculation off looked as if it saved nothing.
   CostModel m;
   auto drafting = [&](int32_t g) { m.add_round({8, g, 8 * (1 + g), 0.3, 0.2, 0.57 + 0.1 * g}); };
-  EXPECT_FALSE(m.plain_due(8));
+  EXPECT_TRUE(m.plain_due(8));  // nothing at this size yet: plain first
   drafting(2);
-  EXPECT_FALSE(m.plain_due(8));
   drafting(4);
-  EXPECT_TRUE(m.plain_due(8));
-  EXPECT_FALSE(m.plain_due(1));  // another batch size: nothing drafted there
+  EXPECT_TRUE(m.plain_due(8));  // still no plain round here
+  EXPECT_TRUE(m.plain_due(1));  // nor at another batch size
+  EXPECT_FALSE(m.plain_due(0));
   // The first plain rounds of a shape run eagerly or capture its CUDA graph: slow.
+  // Plain is due until kUsualRounds are known, then after 2 drafting rounds.
   const double plain_walls[] = {0.9, 3.0, 0.22, 0.22, 0.22};
-  for (double wall : plain_walls) {
-    m.add_round({8, 0, 8, 0, 0.2, wall});
-    EXPECT_FALSE(m.plain_due(8));
+  for (size_t i = 0; i < std::size(plain_walls); ++i) {
+    m.add_round({8, 0, 8, 0, 0.2, plain_walls[i]});
+    EXPECT_EQ(m.plain_due(8), i + 1 < CostModel::kUsualRounds) << i;
     drafting(2);
     drafting(4);
   }
   const PlanCosts c = m.costs(8, 0);
-  EXPECT_NEAR(c.verify_base_ms + 8 * c.verify_token_ms, 0.22, 1e-9);  // the median, not the mean
+  EXPECT_NEAR(c.verify_base_ms + 8 * c.verify_token_ms, 0.22, 1e-9);  // the lower third, not the mean
   EXPECT_GT(c.draft_base_ms, 0.3);  // what turning off saves is seen
   // Measured enough: the next plain round is due after kPlainEvery drafting rounds.
   for (int32_t since = 2; since + 1 < CostModel::kPlainEvery; ++since) {
@@ -146,6 +147,70 @@ TEST(CostModel, ABatchSizeThatOnlyDraftedGetsPlainRoundsMeasuredAndTheirMedianCo
   }
   drafting(2);
   EXPECT_TRUE(m.plain_due(8));
+}
+
+TEST(CostModel, AShapesFirstDraftingRoundsDoNotMakeDraftingLookDear) {
+  // Batch 1 on a device: plain 0.26 ms a round, drafting 4 tokens 0.46 ms. The first
+  // drafting rounds of a shape run eagerly or capture a CUDA graph (8 ms). With
+  // acceptance 0.8 drafting 4 brings 3.36 tokens a round: it must still pay, as the plain
+  // rounds' own first sightings do not make plain look dear.
+  CostModel m;
+  const double plain_walls[] = {5.0, 0.26, 0.26, 0.26, 0.26};
+  for (double wall : plain_walls) m.add_round({1, 0, 1, 0, 0.2, wall});
+  for (int round = 0; round < 3; ++round) m.add_round({1, 4, 5, 7.5, 0.2, 8.0});
+  for (int round = 0; round < 6; ++round) m.add_round({1, 4, 5, 0.15, 0.2, 0.46});
+  const PlanCosts c = m.costs(1, 0);
+  const double plain_ms = c.verify_base_ms + c.verify_token_ms;
+  EXPECT_NEAR(plain_ms, 0.26, 1e-9);
+  const double drafting_ms = c.draft_base_ms + 4 * c.draft_step_ms + c.verify_base_ms + 5 * c.verify_token_ms;
+  const double accepted = 1 + 0.8 + 0.8 * 0.8 + 0.8 * 0.8 * 0.8 + 0.8 * 0.8 * 0.8 * 0.8;
+  EXPECT_NEAR(drafting_ms, 0.46, 1e-6);
+  EXPECT_GT(accepted / drafting_ms, 1.0 / plain_ms);
+}
+
+TEST(CostModel, ABatchSizeWithoutDraftingRoundsTakesTheNearestSizesDraftingCostsScaledByPlain) {
+  // 32 sequences: plain 0.6 ms, drafting 0.1 ms + 0.4 ms a step. 128: plain rounds only
+  // (1.2 ms), as while a level fills or while the strategy keeps speculation off there.
+  // The pooled draft time (cheap: 0.05 ms a step) must not stand in for 128's drafting
+  // costs: the nearest size's do, scaled by 1.2 / 0.6.
+  CostModel m;
+  for (int round = 0; round < 20; ++round) {
+    const int32_t g = 2 + 2 * (round % 3);
+    m.add_round({32, 0, 32, 0, 0.4, 0.6});
+    m.add_round({32, g, 32 * (1 + g), 0.05 * g, 0.4, 0.6 + 0.1 + 0.4 * g});
+    m.add_round({128, 0, 128, 0, 0.9, 1.2});
+  }
+  const PlanCosts mid = m.costs(32, 0);
+  EXPECT_NEAR(mid.draft_step_ms, 0.4, 0.02);
+  EXPECT_NEAR(mid.draft_base_ms, 0.1, 0.05);
+  const PlanCosts big = m.costs(128, 0);
+  EXPECT_NEAR(big.draft_step_ms, 2 * mid.draft_step_ms, 1e-9);
+  EXPECT_NEAR(big.draft_base_ms, 2 * mid.draft_base_ms, 1e-9);
+  EXPECT_NEAR(big.verify_base_ms + 128 * big.verify_token_ms, 1.2, 1e-9);
+  // 8 sequences (plain rounds only): the nearest size with drafting rounds is 32, scaled
+  // by 8's plain round over 32's (0.3 / 0.6).
+  for (int round = 0; round < 5; ++round) m.add_round({8, 0, 8, 0, 0.2, 0.3});
+  EXPECT_NEAR(m.costs(8, 0).draft_step_ms, 0.5 * mid.draft_step_ms, 1e-9);
+  // A size with nothing measured: the pooled estimates, and plain is due first.
+  EXPECT_TRUE(m.plain_due(2));
+}
+
+TEST(CostModel, BeforeAnyDraftingLineDraftingCostsNothing) {
+  // A server's first rounds: plain measured, and drafting only in a few rounds of new
+  // shapes (eager, then a graph capture: 1 and 3 ms more). Those must not price drafting
+  // out (a strategy would then neither draft nor probe, and nothing would measure it
+  // again): until a draft length has kUsualRounds rounds, drafting costs nothing.
+  CostModel m;
+  for (int round = 0; round < 3; ++round) m.add_round({1, 0, 1, 0, 0.2, round == 0 ? 1.26 : 0.26});
+  m.add_round({1, 4, 5, 0.3, 0.21, 1.5});
+  m.add_round({1, 4, 5, 0.9, 0.21, 3.5});
+  PlanCosts c = m.costs(1, 0);
+  EXPECT_EQ(c.draft_step_ms, 0.0);
+  EXPECT_EQ(c.draft_base_ms, 0.0);
+  EXPECT_NEAR(c.verify_base_ms + c.verify_token_ms, 0.26, 1e-9);
+  m.add_round({1, 4, 5, 0.06, 0.21, 0.5});  // the third round of gamma 4: the line
+  c = m.costs(1, 0);
+  EXPECT_NEAR(c.draft_base_ms + 4 * c.draft_step_ms + 4 * c.verify_token_ms, 0.5 - 0.26, 1e-9);
 }
 
 }  // namespace

@@ -281,11 +281,10 @@ Gammas plan_once(specpipe::scv::ScvInstance& scv, const std::vector<specpipe_pla
   return g;
 }
 
-TEST(ScvInstance, ProbesAnOffSequenceEveryProbeInterval) {
-  auto scv = make_instance(R"({"prior_acceptance": 0.02, "probe_interval": 4})");
-  const RoundCosts c = costs(0.3, 1.0, 0.02);
+/// Plans one sequence (7) for `rounds` rounds, every draft rejected; its gammas.
+Gammas plan_rejecting(specpipe::scv::ScvInstance& scv, int rounds, const RoundCosts& c) {
   Gammas seen;
-  for (int round = 0; round < 12; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     const Gammas g = plan_once(scv, {seq(7)}, c);
     seen.push_back(g[0]);
     if (g[0] > 0) {
@@ -293,11 +292,34 @@ TEST(ScvInstance, ProbesAnOffSequenceEveryProbeInterval) {
       scv.observe(std::span(&o, 1));
     }
   }
+  return seen;
+}
+
+TEST(ScvInstance, ProbesAnOffSequenceEveryProbeInterval) {
+  auto scv = make_instance(R"({"prior_acceptance": 0.02, "probe_interval": 4, "probe_rounds": 1})");
+  const RoundCosts c = costs(0.3, 1.0, 0.02);
+  const Gammas seen = plan_rejecting(scv, 12, c);
   EXPECT_EQ(seen, (Gammas{0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1}));
   EXPECT_EQ(scv.counters().probes, 3u);
   EXPECT_EQ(scv.counters().speculation_off, 9u);
   // A sequence capped at 0 (context limit) is not off by choice: never probed.
   for (int round = 0; round < 8; ++round) EXPECT_EQ(plan_once(scv, {seq(8, 0)}, c)[0], 0);
+}
+
+TEST(ScvInstance, AProbeLastsProbeRoundsRounds) {
+  // A probe's first round carries the drafter's catch-up, which the host leaves out of its
+  // costs: the rounds after it are what measures drafting again.
+  auto scv = make_instance(R"({"prior_acceptance": 0.02, "probe_interval": 4, "probe_rounds": 3})");
+  const RoundCosts c = costs(0.3, 1.0, 0.02);
+  const Gammas seen = plan_rejecting(scv, 14, c);
+  EXPECT_EQ(seen, (Gammas{0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0, 0}));
+  EXPECT_EQ(scv.counters().probes, 6u);
+  // A probe under way goes first under a tight budget, and one cut short starts afresh.
+  auto tight = make_instance(R"({"prior_acceptance": 0.02, "probe_interval": 1, "probe_rounds": 2})");
+  const RoundCosts one_draft = costs(0.3, 1.0, 0.02, 3);  // two windows and one draft
+  EXPECT_EQ(plan_once(tight, {seq(1), seq(2)}, one_draft), (Gammas{1, 0}));
+  EXPECT_EQ(plan_once(tight, {seq(1), seq(2)}, one_draft), (Gammas{1, 0}));  // 1's probe goes on
+  EXPECT_EQ(plan_once(tight, {seq(1), seq(2)}, one_draft), (Gammas{0, 1}));  // 2 has waited longest
 }
 
 TEST(ScvInstance, NoProbesWhereEvenPerfectAcceptanceWouldNotPay) {
@@ -318,7 +340,7 @@ TEST(ScvInstance, NoProbesWhereEvenPerfectAcceptanceWouldNotPay) {
 }
 
 TEST(ScvInstance, ProbesShareATightBudgetLongestWaitingFirst) {
-  auto scv = make_instance(R"({"prior_acceptance": 0.02, "probe_interval": 2})");
+  auto scv = make_instance(R"({"prior_acceptance": 0.02, "probe_interval": 2, "probe_rounds": 1})");
   const std::vector<specpipe_plan_sequence> s = {seq(1), seq(2), seq(3)};
   const RoundCosts c = costs(0.3, 1.0, 0.02, 4);  // room for one draft beyond the windows
   EXPECT_EQ(plan_once(scv, s, c), (Gammas{0, 0, 0}));
@@ -382,7 +404,7 @@ TEST(ScvInstance, SpeculationTurnsOffAndComesBackWithAcceptance) {
   std::mt19937 rng(11);
   const Gammas low = simulate(scv, 0.05, 200, c, rng);
   const auto tail_on = std::count_if(low.end() - 64, low.end(), [](int32_t g) { return g > 0; });
-  EXPECT_LE(tail_on, 4);  // the probes only
+  EXPECT_LE(tail_on, 16);  // the probes only: 4 rounds after every 16 off
   const Gammas high = simulate(scv, 0.95, 200, c, rng);
   for (auto it = high.end() - 64; it != high.end(); ++it) EXPECT_GE(*it, 2);
 }
@@ -510,7 +532,7 @@ TEST_F(ScvPlugin, TableDescribesTheSlotAndEntryRefusesOtherAbis) {
 }
 
 TEST_F(ScvPlugin, PlanObserveRoundTripAndMetrics) {
-  void* scv = instance(R"({"prior_acceptance": 0.9, "probe_interval": 8})");
+  void* scv = instance(R"({"prior_acceptance": 0.9, "prior_weight": 4, "probe_interval": 8})");
   ASSERT_FALSE(host_.lines.empty());  // create() logs its settings
   EXPECT_NE(host_.lines[0].second.find("scv"), std::string::npos);
   const std::vector<specpipe_plan_sequence> s = {seq(10), seq(11), seq(12, 2)};
@@ -569,6 +591,7 @@ TEST_F(ScvPlugin, ConfigErrorsNameTheKey) {
       {R"({"prior_weight": 0})", "prior_weight"},
       {R"({"probe_interval": 0})", "probe_interval"},
       {R"({"probe_interval": 2.5})", "probe_interval"},
+      {R"({"probe_rounds": 0})", "probe_rounds"},
       {R"({"max_gamma": -1})", "max_gamma"},
       {R"({"max_gamma": 9})", "max_gamma"},  // the model's is 8
       {R"({"min_gain": -0.1})", "min_gain"},

@@ -29,7 +29,8 @@
 # servers with the draft model that never draft, for what that costs),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
 # SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
-# syncs too), PACK (below), OUT ($OUT or gpu-out/).
+# syncs too), SCV_LOG_LEVEL (the SCV server's log level, e.g. debug: its plan decisions),
+# PACK (below), OUT ($OUT or gpu-out/).
 # Exit status: non-zero if a server failed, a request failed or an output differed.
 set -uo pipefail
 root="$(pwd)"
@@ -108,7 +109,15 @@ run_modes() {
       plain) run_mode "${prefix}plain" "$here/serve_load.yaml" --no-spec ;;
       draft) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g$g" "$here/serve_load.yaml" --drafter model --gamma "$g"; done ;;
       ngram) run_mode "${prefix}ngram_g${NGRAM_GAMMA:-4}" "$here/serve_load.yaml" --drafter ngram --gamma "${NGRAM_GAMMA:-4}" ;;
-      scv) run_mode "${prefix}scv" "$here/serve_load_scv.yaml" ;;
+      scv)
+        # SCV_LOG_LEVEL=debug: the plugin's decisions in serve_scv.log (a line each time the
+        # round's largest gamma changes: batch, costs, planned and plain tokens per ms).
+        if [[ -n "${SCV_LOG_LEVEL:-}" ]]; then
+          { cat "$here/serve_load_scv.yaml"; printf 'logging:\n  level: %s\n' "$SCV_LOG_LEVEL"; } >"$out/scv_logged.yaml"
+          run_mode "${prefix}scv" "$out/scv_logged.yaml"
+        else
+          run_mode "${prefix}scv" "$here/serve_load_scv.yaml"
+        fi ;;
       # Two rounds in flight (scheduler.micro_batches 2, four actor threads: serve_load_micro.yaml).
       plain_mb) run_mode "${prefix}plain_mb2" "$here/serve_load_micro.yaml" --no-spec ;;
       draft_mb) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g${g}_mb2" "$here/serve_load_micro.yaml" --drafter model --gamma "$g"; done ;;
