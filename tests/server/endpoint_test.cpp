@@ -8,8 +8,11 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <map>
+#include <string>
 #include <thread>
 
+#include "core/error.h"
 #include "tests/server/server_fixture.h"
 #include "tests/support/engine.h"
 #include "tests/support/golden.h"
@@ -205,12 +208,17 @@ TEST_F(EndpointTest, ClientDisconnectMidStreamFreesItsKv) {
 // endpoint once read that EAGAIN as "peer gone", and cppzmq reports it without throwing,
 // so the reply's payload frame went out alone, taken by the ROUTER as an address, and the
 // reply was dropped without a word: the client waited for it for ever.
+// The client reads nothing until it has sent every request (and the server is at the
+// mark); its kernel buffer takes a few replies. Its own queue keeps ZeroMQ's default
+// (1,000): with a queue of one, each reply read was a hand-over between the client's
+// thread and its I/O thread, which on a loaded machine under ThreadSanitizer took longer
+// than the test's time limit for 30,000 replies; the server's side, which is under test,
+// fills the same either way (its pipe and the loopback buffers took ~14,500 replies).
 TEST_F(EndpointTest, AReaderSlowerThanItsRepliesStillGetsEveryOne) {
   test::LoopbackServer server(server_config());
   zmq::socket_t slow(context, zmq::socket_type::dealer);
   slow.set(zmq::sockopt::linger, 0);
-  slow.set(zmq::sockopt::rcvhwm, 1);       // its own queue takes one message,
-  slow.set(zmq::sockopt::rcvbuf, 4096);    // its kernel buffer a few
+  slow.set(zmq::sockopt::rcvbuf, 4096);  // its kernel buffer takes a few replies
   slow.connect(server.address());
   // health is answered by the endpoint itself, quickly: 30,000 replies (about 3.5 MB),
   // twice what the server's pipe and the loopback socket buffers took here before
@@ -220,9 +228,11 @@ TEST_F(EndpointTest, AReaderSlowerThanItsRepliesStillGetsEveryOne) {
     slow.send(zmq::buffer(fmt::format(R"({{"v":1,"id":"h{}","type":"health"}})", i)), zmq::send_flags::none);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server is now at the mark
   int received = 0;
+  // A reply missing for this long is lost (a loaded machine under a sanitizer is slow).
+  const auto lost_after = std::chrono::milliseconds(test::under_sanitizer() ? 60000 : 10000);
   for (;;) {
     zmq::pollitem_t item{slow.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(received < kRequests ? 10000 : 300)) == 0) break;
+    if (zmq::poll(&item, 1, received < kRequests ? lost_after : std::chrono::milliseconds(300)) == 0) break;
     zmq::message_t msg;
     ASSERT_TRUE(slow.recv(msg));
     const json reply = json::parse(msg.to_string());
@@ -251,15 +261,29 @@ TEST_F(EndpointTest, ShutdownFinishesOrCancelsInFlightRequestsWithAFinalMessage)
   test::LoopbackServer server(config);
   test::Client client(context, server.address());
   client.send(test::generate_request("short", {{"prompt", "x = "}, {"max_tokens", 2}}));
-  client.send(test::generate_request("long", {{"prompt", "y = "}, {"max_tokens", 5000}, {"ignore_eos", true}}));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::thread stopper([&] { server.stop(); });  // like SIGTERM: stop() then run() returns
-  const auto s = client.wait_for("short");
-  const auto l = client.wait_for("long");
+  client.send(test::generate_request("long", {{"prompt", "y = "}, {"max_tokens", 5000}, {"ignore_eos", true},
+                                              {"stream", true}}));
+  // Each request's final (or error) message; the other replies are deltas.
+  std::map<std::string, nlohmann::json> finals;
+  bool long_running = false;
+  auto next_reply = [&] {
+    const auto reply = client.receive(120000);
+    if (!reply) fail(ErrorCode::io, "no reply within 120 s");
+    const std::string id = reply->value("id", "");
+    if ((*reply)["type"] == "delta") long_running = long_running || id == "long";
+    else finals[id] = *reply;
+  };
+  // Both requests in flight before the stop: the long one has streamed tokens (the
+  // endpoint reads a connection's requests in order, so the short one was submitted
+  // first). A fixed sleep was not always enough under ThreadSanitizer: the server then
+  // stopped with nothing in flight and answered neither.
+  while (!long_running) next_reply();
+  std::jthread stopper([&] { server.stop(); });  // like SIGTERM: stop() then run() returns
+  while (!finals.count("short") || !finals.count("long")) next_reply();
   stopper.join();
-  EXPECT_EQ(s.last["type"], "final");
-  EXPECT_EQ(l.last["type"], "final");
-  EXPECT_EQ(l.last["finish_reason"], "cancelled");
+  EXPECT_EQ(finals["short"]["type"], "final") << finals["short"].dump();
+  EXPECT_EQ(finals["long"]["type"], "final") << finals["long"].dump();
+  EXPECT_EQ(finals["long"]["finish_reason"], "cancelled");
 }
 
 TEST_F(EndpointTest, ReqSocketClientsWorkToo) {
