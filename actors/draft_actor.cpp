@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "actors/stage_clock.h"
 #include "core/timer.h"
 
 namespace specpipe::actors {
@@ -17,6 +18,7 @@ struct DraftState {
   std::vector<DraftItem> items;
   std::vector<Proposal> proposals;
   std::map<RequestId, std::string> failed_starts;  ///< start() failed: no drafts for these
+  StageClock stage;
 };
 
 void propose(DraftState& st, RoundBatch& b) {
@@ -30,6 +32,7 @@ void propose(DraftState& st, RoundBatch& b) {
     items.push_back({it.request, it.appended, drafts_possible ? it.gamma : 0, it.sampling, &it.rng, it.draft_rewind});
   }
   try {
+    st.deps.drafter->round_slot(b.slot);
     st.deps.drafter->propose(items, out);
   } catch (const std::exception& e) {
     // Speculation is an optimisation: if the drafter fails, this round verifies no
@@ -80,8 +83,10 @@ draft_actor::behavior_type draft(draft_actor::pointer self, DraftDeps deps) {
             st->failed_starts.emplace(it.request, e.what());
           }
         }
+        st->stage.busy_until_now();
       },
       [self, st](DraftWork& w) {
+        st->stage.arrive(w.b.times);
         propose(*st, w.b);
         // Work for the next round that overlaps this round's verification, launched before
         // the round goes on so that the round carries its event to the verifier.
@@ -90,7 +95,9 @@ draft_actor::behavior_type draft(draft_actor::pointer self, DraftDeps deps) {
         } catch (const std::exception& e) {
           spdlog::warn("drafter {}: work ahead of the next round failed: {}", st->deps.drafter->name(), e.what());
         }
+        StageClock::leave(w.b.times);
         self->send(st->deps.peers->kv_router, ReserveWork{std::move(w.b)});
+        st->stage.busy_until_now();
       },
       [st](KvQuery) { return st->deps.drafter->kv_occupancy().value_or(KvOccupancy{}); },
       [st](DraftFinish& w) {

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "actors/offload_actor.h"
+#include "actors/stage_clock.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "pipeline/plugin_kv_writer.h"
@@ -237,6 +238,7 @@ struct KvRouterState {
   /// The offload actor's latest copy event: every forward from now on waits on it.
   CopyFence fence;
   std::vector<caf::typed_response_promise<std::string>> metrics_waiting;
+  StageClock stage;
 
   std::string metrics() const {
     nlohmann::json j = kv_write_metrics(*deps.sink);
@@ -333,40 +335,52 @@ kv_router_actor::behavior_type kv_router(kv_router_actor::pointer self, KvRouter
           admit(*st->deps.kv, *b);
           next_pass(b);
         });
+        st->stage.busy_until_now();
       },
       [st, next_pass](PrefillDone& w) {
         st->busy = true;
         commit_prefill(*st->deps.kv, w.b, st->layerwise);
         st->sink_returned();
         next_pass(std::make_shared<AdmitBatch>(std::move(w.b)));  // the next chunk, if any
+        st->stage.busy_until_now();
       },
       [st, to_verifier, with_room](ReserveWork& w) {
+        st->stage.arrive(w.b.times);
         auto b = std::make_shared<RoundBatch>(std::move(w.b));
-        st->run_or_hold([st, to_verifier, with_room, b] {
+        // Held while the store is lent to another forward: queued (actors/stage_clock.h).
+        st->run_or_hold([st, to_verifier, with_room, b, since = StageClock::now_ns()] {
+          StageClock::held(b->times, since);
           st->busy = true;
           const int32_t wanted = rewind(*st->deps.kv, *b);
           with_room(wanted, [st, to_verifier, b] {
             reserve(*st->deps.kv, *b);
+            StageClock::leave(b->times);
             to_verifier(VerifyWork{std::move(*b), st->fence});
           });
         });
+        st->stage.busy_until_now();
       },
       [self, st](VerifyDone& w) {
+        st->stage.arrive(w.b.times);
         st->busy = true;
         commit_round(*st->deps.kv, *st->deps.sink, w.b);
         st->sink_returned();
         const bool views = std::any_of(w.b.items.begin(), w.b.items.end(),
                                        [](const RoundItem& it) { return !it.view_sets.empty(); });
         if (!views || !st->deps.peers->offload) {
+          StageClock::leave(w.b.times);
           self->send(st->deps.peers->scheduler, RoundDone{std::move(w.b)});
-          return st->done();
+          st->done();
+          return st->stage.busy_until_now();
         }
         // SpecPV over the host tier: the offload actor brings the views' host blocks back.
         self->request(st->deps.peers->offload, caf::infinite, ViewCopyWork{std::move(w.b)})
             .await([self, st](ViewCopyDone& done) {
               if (!done.fence.empty()) st->fence = std::move(done.fence);
+              StageClock::leave(done.b.times);
               self->send(st->deps.peers->scheduler, RoundDone{std::move(done.b)});
               st->done();
+              st->stage.busy_until_now();
             },
             [st](caf::error& err) {
               // The batch went with the request: its requests cannot finish (a bug or a

@@ -179,6 +179,12 @@ struct RoundTimes {
   /// counted as prefill (SpecStats::prefill_ms), not in draft_ms.
   double draft_prefill_ms = 0;
   int32_t draft_failures = 0;  ///< rounds the drafter failed and ran without drafts
+  /// Between the stages (actors/stage_clock.h): time the round waited for a stage busy
+  /// with other work (another micro-batch's round, an admission batch; at the kv-router,
+  /// held while the store was lent to another forward). The scheduler's messaging is the
+  /// round's wall time less the stages' work and this: the hops.
+  double queued_ms = 0;
+  int64_t sent_ns = 0;  ///< steady clock when the last stage sent the round on
 };
 
 struct RoundBatch {
@@ -192,6 +198,10 @@ struct RoundBatch {
   /// it (ForwardModel::join_next_forward): that forward's one host sync covers it, and
   /// the drafter collects the chain without a sync of its own.
   Event draft_ahead;
+  /// The round's micro-batch slot in [0, scheduler.micro_batches): no other round in
+  /// flight has it. A drafter that leaves a round's drafts on its device keeps them in
+  /// the slot's buffer, valid until the next round of the slot (Drafter::round_slot).
+  int32_t slot = 0;
   RoundTimes times;
 };
 struct DraftWork { RoundBatch b; };    ///< scheduler -> draft

@@ -182,8 +182,9 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
                                                     c.scheduler.prefill_chunk, draft_ahead);
       // The ids stay valid until the drafter's next chain: with one round in flight that
       // chain comes after the verdict; with micro-batches the next round's chain comes
-      // before it (ARCHITECTURE.md section 4), so each round's drafts leave on the host.
-      drafter->keep_drafts_on_device(drafts_readable && c.scheduler.micro_batches == 1);
+      // before it, so each round in flight keeps its drafts in its slot's buffer
+      // (RoundBatch::slot, ARCHITECTURE.md section 4).
+      drafter->keep_drafts_on_device(drafts_readable, c.scheduler.micro_batches);
       p.drafter = std::move(drafter);
       break;
     }
@@ -215,7 +216,19 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
 
 std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const PipelineParts& parts) {
   auto peers = std::make_shared<Peers>();
-  peers->verifier = system.spawn(
+  // With rounds in flight together (scheduler.micro_batches > 1) the two actors that run
+  // forwards get threads of their own (CAF `detached`). On the pool a message an actor
+  // sends goes to the front of its own worker's queue, unannounced; when that worker then
+  // runs the other micro-batch's forward, the message (a RoundDone, the next DraftWork)
+  // waits behind it unless an idle worker steals it, and idle workers sleep up to 10 ms
+  // between tries. Detached, a forward holds no pool worker, and a message to a forwarding
+  // actor wakes its thread at once. One round in flight keeps every actor on the pool: its
+  // hops run one after another on one worker (docs/BENCHMARKS.md section 8).
+  const bool own_threads = parts.scheduler.micro_batches > 1;
+  auto spawn_forwarding = [&](auto fun, auto deps) {
+    return own_threads ? system.spawn<caf::detached>(fun, std::move(deps)) : system.spawn(fun, std::move(deps));
+  };
+  peers->verifier = spawn_forwarding(
       verifier, VerifierDeps{peers, parts.target, parts.kv, parts.sink, parts.prefill_chunk, parts.view_planner != nullptr});
   std::shared_ptr<RetrievalActorStats> retrieval_stats;
   if (parts.view_planner) {
@@ -230,7 +243,7 @@ std::shared_ptr<const Peers> spawn_pipeline(caf::actor_system& system, const Pip
   peers->kv_router = system.spawn(
       kv_router, KvRouterDeps{peers, parts.kv, parts.sink, parts.prefill_chunk, offload_stats, parts.offload_write_back,
                                           parts.layerwise_prefill});
-  peers->draft = system.spawn(draft, DraftDeps{peers, parts.drafter});
+  peers->draft = spawn_forwarding(draft, DraftDeps{peers, parts.drafter});
   peers->scheduler =
       spawn_scheduler(system, SchedulerDeps{peers, parts.scheduler, parts.tokenizer, parts.planner, parts.view_planner,
                                             retrieval_stats});

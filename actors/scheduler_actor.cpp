@@ -12,6 +12,7 @@
 
 #include "actors/response_sink.h"
 #include "actors/retrieval_actor.h"
+#include "actors/stage_clock.h"
 #include "actors/view_rounds.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -56,10 +57,23 @@ class Scheduler : public scheduler_actor::base {
 
   behavior_type make_behavior() override {
     return {
-        [this](SubmitRequest& r) { submit(std::move(r)); },
-        [this](CancelRequest& c) { cancel(c.id); },
-        [this](AdmitDone& w) { admitted(w.b); },
-        [this](RoundDone& w) { round_done(w.b); },
+        [this](SubmitRequest& r) {
+          submit(std::move(r));
+          stage_.busy_until_now();
+        },
+        [this](CancelRequest& c) {
+          cancel(c.id);
+          stage_.busy_until_now();
+        },
+        [this](AdmitDone& w) {
+          admitted(w.b);
+          stage_.busy_until_now();
+        },
+        [this](RoundDone& w) {
+          stage_.arrive(w.b.times);
+          round_done(w.b);
+          stage_.busy_until_now();
+        },
         [this](StatsQuery) { return global_stats(); },
         [this](StrategyMetricsQuery) {
           nlohmann::json j = planner().metrics();
@@ -177,12 +191,12 @@ class Scheduler : public scheduler_actor::base {
   /// an admission first. More: an admission batch beside up to micro_batches rounds, each
   /// over a share of the running sequences not in a round (ARCHITECTURE.md section 3).
   void step() {
-    if (!admitting_ && (round_clocks_.empty() || rounds_overlap())) admit();
+    if (!admitting_ && (in_flight_.empty() || rounds_overlap())) admit();
     if (admitting_ && !rounds_overlap()) return;
     const auto groups = static_cast<size_t>(std::max(1, cfg().micro_batches));
     const size_t share = (running_.size() + groups - 1) / groups;
     std::vector<RequestId> ids;
-    while (static_cast<int32_t>(round_clocks_.size()) < cfg().micro_batches) {
+    while (static_cast<int32_t>(in_flight_.size()) < cfg().micro_batches) {
       ids.clear();
       for (RequestId id : running_)
         if (!requests_.at(id).in_round && ids.size() < share) ids.push_back(id);
@@ -250,10 +264,15 @@ class Scheduler : public scheduler_actor::base {
       round.items.push_back(std::move(item));
     }
     plan_views(round);
-    round_clocks_[round.round].reset();
-    const auto in_flight = static_cast<int64_t>(round_clocks_.size());
+    // The lowest micro-batch slot no round in flight holds (RoundBatch::slot).
+    round.slot = 0;
+    while (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const auto& r) { return r.second.slot == round.slot; }))
+      ++round.slot;
+    in_flight_[round.round] = {Stopwatch(), round.slot};
+    const auto in_flight = static_cast<int64_t>(in_flight_.size());
     if (in_flight > 1) ++overlapped_rounds_;
     max_rounds_in_flight_ = std::max(max_rounds_in_flight_, in_flight);
+    StageClock::leave(round.times);
     send(d_.peers->draft, DraftWork{std::move(round)});
   }
 
@@ -282,19 +301,23 @@ class Scheduler : public scheduler_actor::base {
   }
 
   void round_done(RoundBatch& b) {
-    const auto clock = round_clocks_.find(b.round);
-    const double wall = clock->second.elapsed_ms();
-    round_clocks_.erase(clock);
+    const auto flight = in_flight_.find(b.round);
+    const double wall = flight->second.clock.elapsed_ms();
+    in_flight_.erase(flight);
     for (const RoundItem& item : b.items)
       if (auto it = requests_.find(item.request); it != requests_.end()) it->second.in_round = false;
     const RoundTimes& t = b.times;
-    const double messaging =
-        std::max(0.0, wall - t.draft_ms - t.draft_prefill_ms - t.verify_ms - t.reserve_ms - t.commit_ms);
+    // What is left of the wall time once the stages' work and the waits for stages busy
+    // with other rounds are taken out: the hops (actors/stage_clock.h).
+    const double work = t.draft_ms + t.draft_prefill_ms + t.verify_ms + t.reserve_ms + t.commit_ms;
+    const double queued = std::min(t.queued_ms, std::max(0.0, wall - work));
+    const double messaging = std::max(0.0, wall - work - queued);
     global_times_.prefill_ms += t.draft_prefill_ms;
     global_times_.draft_ms += t.draft_ms;
     global_times_.verify_ms += t.verify_ms;
     global_times_.commit_ms += t.reserve_ms + t.commit_ms;
     global_times_.messaging_ms += messaging;
+    global_times_.queued_ms += queued;
     global_times_.draft_failures += t.draft_failures;
     // What the verify_plan strategy learns from: costs, and each sequence's acceptance.
     int32_t draft_steps = 0;
@@ -324,7 +347,9 @@ class Scheduler : public scheduler_actor::base {
         observed.push_back({item.request, static_cast<int32_t>(item.drafts.size()), std::max(0, item.accepted - held)});
     }
     if (!catch_up)
-      costs_.add_round({static_cast<int32_t>(b.items.size()), draft_steps, window_tokens, t.draft_ms, t.verify_ms, wall});
+      // The round's own cost: not the time it waited for other micro-batches' rounds.
+      costs_.add_round(
+          {static_cast<int32_t>(b.items.size()), draft_steps, window_tokens, t.draft_ms, t.verify_ms, wall - queued});
     planner().observe(observed);
     observe_views(b);
     for (RoundItem& item : b.items) {
@@ -337,6 +362,7 @@ class Scheduler : public scheduler_actor::base {
       (item.partial ? r.stats.view.partial_verify_ms : r.stats.view.full_verify_ms) += t.verify_ms;
       r.stats.commit_ms += t.reserve_ms + t.commit_ms;
       r.stats.messaging_ms += messaging;
+      r.stats.queued_ms += queued;
       if (!item.error.empty()) {
         finish(item.request, FinishReason::error, item.error);
         continue;
@@ -510,6 +536,7 @@ class Scheduler : public scheduler_actor::base {
     s.verify_ms = global_times_.verify_ms;
     s.commit_ms = global_times_.commit_ms;
     s.messaging_ms = global_times_.messaging_ms;
+    s.queued_ms = global_times_.queued_ms;
     s.draft_failures = global_times_.draft_failures;
     s.overlapped_rounds = overlapped_rounds_;
     s.max_rounds_in_flight = max_rounds_in_flight_;
@@ -532,7 +559,13 @@ class Scheduler : public scheduler_actor::base {
   int64_t overlapped_rounds_ = 0, max_rounds_in_flight_ = 0;
   int64_t next_batch_ = 0, next_round_ = 0;
   int64_t budget_used_ = 0;
-  std::map<int64_t, Stopwatch> round_clocks_;  // the rounds in flight: since each was sent
+  /// A round in flight: since it was sent, and its micro-batch slot.
+  struct InFlight {
+    Stopwatch clock;
+    int32_t slot = 0;
+  };
+  std::map<int64_t, InFlight> in_flight_;  // the rounds in flight, by round
+  StageClock stage_;
   SpecStats counters_;      // merged per-request counters of finished requests
   SpecStats global_times_;  // per-batch times (a round counts once, however many requests)
 };

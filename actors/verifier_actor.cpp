@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "actors/stage_clock.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "pipeline/acceptance.h"
@@ -48,6 +49,7 @@ class QuerySumsTap final : public QueryTap {
 /// Everything the verifier keeps between messages: scratch that is reused.
 struct VerifierState {
   VerifierDeps deps;
+  StageClock stage;
   Logits logits;
   std::vector<ForwardWindow> windows;
   std::vector<std::vector<int32_t>> window_tokens;
@@ -390,13 +392,21 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDep
         wait_for_moves(w.fence, w.b.items);
         prefill(*st, w.b);
         self->send(st->deps.peers->kv_router, PrefillDone{std::move(w.b)});
+        st->stage.busy_until_now();
       },
       [self, st](VerifyWork& w) {
+        st->stage.arrive(w.b.times);
+        // The round goes back to the kv-router (stamped for its hop: actors/stage_clock.h).
+        auto done = [self, st](RoundBatch& b) {
+          StageClock::leave(b.times);
+          self->send(st->deps.peers->kv_router, VerifyDone{std::move(b)});
+          st->stage.busy_until_now();
+        };
         wait_for_moves(w.fence, w.b.items);
         verify(*st, w.b);
         std::vector<size_t> items;
         RetrievalWork work = refresh_queries(*st, w.b, items);
-        if (work.queries.empty()) return self->send(st->deps.peers->kv_router, VerifyDone{std::move(w.b)});
+        if (work.queries.empty()) return done(w.b);
         // A SpecPV refresh round: one request for all its sequences and layers, awaited
         // (the retrieval actor reads the store and uses the model meanwhile: they are
         // lent to it, as the kv-router lends the store to the offload actor).
@@ -406,17 +416,17 @@ verifier_actor::behavior_type verifier(verifier_actor::pointer self, VerifierDep
         };
         if (!st->deps.peers->retrieval) {
           fail_items("SpecPV retrieval: the pipeline has no retrieval actor");
-          return self->send(st->deps.peers->kv_router, VerifyDone{std::move(*held)});
+          return done(*held);
         }
         self->request(st->deps.peers->retrieval, caf::infinite, std::move(work))
             .await(
-                [self, st, held, items](RetrievalDone& done) {
-                  apply_retrieval(*st, *held, items, done);
-                  self->send(st->deps.peers->kv_router, VerifyDone{std::move(*held)});
+                [st, held, items, done](RetrievalDone& answer) {
+                  apply_retrieval(*st, *held, items, answer);
+                  done(*held);
                 },
-                [self, st, held, fail_items](const caf::error& err) {
+                [held, fail_items, done](const caf::error& err) {
                   fail_items("SpecPV retrieval: the retrieval actor did not answer: " + caf::to_string(err));
-                  self->send(st->deps.peers->kv_router, VerifyDone{std::move(*held)});
+                  done(*held);
                 });
       },
   };

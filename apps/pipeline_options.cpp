@@ -100,7 +100,7 @@ PipelineConfig PipelineOptions::config_from(const std::string& file) const {
 
 std::string format_summary(const actors::Completion& c, const PipelineConfig& config) {
   const SpecStats& s = c.stats;
-  const double decode_s = (s.draft_ms + s.verify_ms + s.commit_ms + s.messaging_ms) / 1000.0;
+  const double decode_s = s.round_ms() / 1000.0;
   const bool spec = config.drafter.type != DrafterKind::none;
   const std::string mode =
       spec ? fmt::format("speculative ({}, gamma {})", to_string(config.drafter.type), config.drafter.gamma) : "plain";
@@ -126,8 +126,9 @@ std::string format_summary(const actors::Completion& c, const PipelineConfig& co
                        v.mode(), v.partial_rounds(), v.full_rounds, 100.0 * view_ratio(v.partial_accepted, v.partial_proposed),
                        100.0 * view_ratio(v.full_accepted, v.full_proposed), v.rollbacks, v.rolled_back_tokens,
                        v.refreshes);
-  out += fmt::format("time: draft {:.1f} ms | verify {:.1f} ms | kv commit {:.1f} ms | messaging {:.1f} ms\n", s.draft_ms,
-                     s.verify_ms, s.commit_ms, s.messaging_ms);
+  out += fmt::format("time: draft {:.1f} ms | verify {:.1f} ms | kv commit {:.1f} ms | messaging {:.1f} ms{}\n", s.draft_ms,
+                     s.verify_ms, s.commit_ms, s.messaging_ms,
+                     s.queued_ms > 0 ? fmt::format(" | queued behind other rounds {:.1f} ms", s.queued_ms) : "");
   return out;
 }
 

@@ -97,7 +97,7 @@ void client(zmq::context_t& ctx, const std::string& address, const specpipe::ser
         // mode's round goes (tools/gpu/serve_load_report.py's breakdown).
         json times;
         if (final && reply.contains("stats"))
-          for (const char* key : {"prefill_ms", "draft_ms", "verify_ms", "commit_ms", "messaging_ms", "wall_ms"})
+          for (const char* key : {"prefill_ms", "draft_ms", "verify_ms", "commit_ms", "messaging_ms", "queued_ms", "wall_ms"})
             if (reply["stats"].contains(key)) times[key] = reply["stats"][key];
         outputs->add({{"client", index}, {"request", r}, {"prompt", prompt}, {"ok", final}, {"tokens", ids},
                       {"rounds", final && reply.contains("stats") ? reply["stats"].value("rounds", json()) : json()},

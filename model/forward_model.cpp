@@ -148,11 +148,19 @@ Event ForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, 
 }
 
 Event ForwardModel::launch_greedy_chain_early(std::span<const ForwardWindow> windows, int32_t steps, int32_t early,
-                                              const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids) {
+                                              const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids,
+                                              int32_t slot) {
   if (early < 1 || early > steps)
     fail(ErrorCode::invalid_argument, "forward: the ids of {} early steps of a chain of {}", early, steps);
   Event done = ForwardModel::launch_greedy_chain(windows, steps, kv, sink);
-  early_ids = {launched_ids_.data(), 1, Device{}, done};
+  const int32_t* ids = launched_ids_.data();
+  if (slot >= 0) {
+    std::vector<int32_t>& kept = early_slots_[slot];
+    kept.assign(launched_ids_.begin(), launched_ids_.begin() + static_cast<std::ptrdiff_t>(early) *
+                                                                   static_cast<std::ptrdiff_t>(windows.size()));
+    ids = kept.data();
+  }
+  early_ids = {ids, 1, Device{}, done};
   return done;
 }
 

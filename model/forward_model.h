@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -264,11 +265,15 @@ class ForwardModel {
   /// step * windows + w is window w's id of that step (step-major, as collect gives
   /// them), and its event comes after those steps on this model's stream, so another
   /// stream can read them while the rest of the chain runs (the model drafter's drafts go
-  /// to the verify forward this way: place_next_tokens). Valid until this model's next
-  /// forward or chain. This default runs the chain at once: host memory, complete. A
-  /// model that overrides launch_greedy_chain overrides this too.
+  /// to the verify forward this way: place_next_tokens). With `slot` -1 they are where
+  /// the chain leaves them, valid until this model's next forward or chain; with a slot
+  /// >= 0 (one per round in flight: scheduler.micro_batches) they are copied, behind
+  /// their steps and before their event, into the slot's own buffer, valid until the next
+  /// chain launched with the same slot. This default runs the chain at once: host memory,
+  /// complete. A model that overrides launch_greedy_chain overrides this too.
   virtual Event launch_greedy_chain_early(std::span<const ForwardWindow> windows, int32_t steps, int32_t early,
-                                          const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids);
+                                          const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids,
+                                          int32_t slot);
 
   /// Tokens of the next forward()'s windows that the host does not have: each placed
   /// token is read on this model's device from `at` (device memory of this model's
@@ -295,6 +300,7 @@ class ForwardModel {
 
  private:
   std::vector<int32_t> launched_ids_;  // the default launch's result, until collected
+  std::map<int32_t, std::vector<int32_t>> early_slots_;  // the default launch's early ids, by slot
   bool launched_ = false;
 };
 

@@ -41,7 +41,8 @@ struct Proposal {
   /// Not null: the drafts are still on the drafter's device and `tokens` holds as many
   /// placeholders (0); tokens[i] is on_device.ids[i * stride] once on_device.ready is
   /// complete (the model drafter with keep_drafts_on_device: a chain launched without a
-  /// host sync). Valid until the drafter's next propose() or finish().
+  /// host sync). Valid until the drafter's next propose() or finish(); with more than
+  /// one round in flight (Drafter::round_slot), until its next propose() of the same slot.
   DeviceIds on_device;
 };
 
@@ -55,6 +56,11 @@ class Drafter {
   /// Proposals for every item, batched where the drafter can. `out` is resized to
   /// items.size().
   virtual void propose(std::span<const DraftItem> items, std::vector<Proposal>& out) = 0;
+  /// The next propose() drafts for a round in micro-batch slot `slot` (RoundBatch::slot,
+  /// scheduler.micro_batches > 1): no other round in flight holds it, so the drafts a
+  /// drafter leaves on its device for that round may stay in the slot's buffer until the
+  /// next round of the same slot is proposed (that round starts after this one's verdict).
+  virtual void round_slot(int32_t /*slot*/) {}
   /// The sequence ended; frees what start() took.
   virtual void finish(RequestId request) = 0;
   /// Called once the round's proposals are made, before they go to the target: a

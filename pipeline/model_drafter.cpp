@@ -253,7 +253,11 @@ bool ModelDrafter::launch_chain(std::span<const DraftItem> items, std::span<Sequ
     kv_.reserve(seq, kv_.length(seq) + static_cast<int32_t>(windows[w].tokens.size()) + steps - 1);  // fits
   }
   DeviceIds early;
-  const Event done = model_->launch_greedy_chain_early(windows, steps, gamma, kv_, writer_, early);
+  // One round in flight: the ids stay where the chain leaves them (the next chain comes
+  // after this round's verdict); more: in this round's slot's buffer.
+  const Event done =
+      model_->launch_greedy_chain_early(windows, steps, gamma, kv_, writer_, early, slots_ > 1 ? slot_ : -1);
+  ++device_draft_rounds_;
   launched_.steps = steps;
   ahead_running_ = true;
   launched_done_ = done;

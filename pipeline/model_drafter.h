@@ -27,7 +27,12 @@
 /// returns proposals whose tokens are on the device (Proposal::on_device). With
 /// draft-ahead the same chain goes on past the drafts as the draft-ahead chain would
 /// (feed the last draft, draft gamma + 1 more), so a round has no host sync of the
-/// drafter's own; the next propose() collects the chain and fills in the books.
+/// drafter's own; the next propose() collects the chain and fills in the books. With
+/// several rounds in flight (scheduler.micro_batches) each round's drafts are copied into
+/// its slot's buffer behind the chain's steps, so the next round's chain (launched before
+/// this round's verdict) cannot overwrite them; that next propose() still waits for the
+/// previous chain on the host when it is not done yet (its ids come back in the pinned
+/// buffer the next chain reuses).
 #include <map>
 #include <memory>
 #include <utility>
@@ -57,7 +62,16 @@ class ModelDrafter final : public Drafter {
   double take_prefill_ms() override { return std::exchange(prefill_ms_, 0.0); }
   /// Chain rounds launch their chain and hand out its drafts on the device (see above).
   /// Only for a consumer that takes Proposal::on_device (the draft actor's verifier).
-  void keep_drafts_on_device(bool on) { drafts_on_device_ = on; }
+  /// `slots` > 1: up to that many rounds in flight (scheduler.micro_batches); each round's
+  /// drafts are kept in its slot's buffer (round_slot, ForwardModel::
+  /// launch_greedy_chain_early), so the next round's chain does not overwrite them.
+  void keep_drafts_on_device(bool on, int32_t slots = 1) {
+    drafts_on_device_ = on;
+    slots_ = slots;
+  }
+  void round_slot(int32_t slot) override { slot_ = slot; }
+  /// Rounds whose drafts (some of them) left on the device (Proposal::on_device).
+  int64_t device_draft_rounds() const { return device_draft_rounds_; }
 
   /// Draft-ahead counts, per sequence: chains launched, and rounds whose drafts they
   /// made (the others still keep their matching K/V).
@@ -134,6 +148,9 @@ class ModelDrafter final : public Drafter {
 
   bool draft_ahead_;
   bool drafts_on_device_ = false;
+  int32_t slots_ = 1;               // rounds in flight (keep_drafts_on_device)
+  int32_t slot_ = 0;                // the round's slot (round_slot)
+  int64_t device_draft_rounds_ = 0;
   /// The chain launched and not yet settled, by window: the draft-ahead chain of
   /// after_propose (drafts 0: the window fed `first` at position `from`) or launch_chain's
   /// (drafts gamma for a window that drafted this round: its first gamma ids are them).

@@ -61,6 +61,7 @@ void SpecStats::merge(const SpecStats& o) {
   verify_ms += o.verify_ms;
   commit_ms += o.commit_ms;
   messaging_ms += o.messaging_ms;
+  queued_ms += o.queued_ms;
   wall_ms += o.wall_ms;
   view.merge(o.view);
 }

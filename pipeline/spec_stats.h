@@ -52,13 +52,21 @@ struct SpecStats {
   double draft_ms = 0;      ///< drafter compute in rounds
   double verify_ms = 0;     ///< target forward + acceptance in rounds
   double commit_ms = 0;     ///< KV reserve / commit / truncate
-  double messaging_ms = 0;  ///< round wall time not spent in the three above
+  /// Round wall time not spent in the three above nor in queued_ms: the hops between
+  /// the actors.
+  double messaging_ms = 0;
+  /// Round wall time spent waiting for a stage busy with other work: with
+  /// scheduler.micro_batches > 1, another round's drafting or verification (the
+  /// kv-router holds a round back while the store is lent to another's forward).
+  double queued_ms = 0;
   double wall_ms = 0;       ///< submit to final token
   ViewStats view;           ///< SpecPV partial / full rounds
 
   double acceptance_rate() const { return proposed ? static_cast<double>(accepted) / static_cast<double>(proposed) : 0.0; }
   /// Tokens produced per target forward: (accepted + rounds) / rounds.
   double tokens_per_step() const { return rounds ? static_cast<double>(accepted + rounds) / static_cast<double>(rounds) : 0.0; }
+  /// The rounds' wall time: drafting, verification, KV work, messaging and queueing.
+  double round_ms() const { return draft_ms + verify_ms + commit_ms + messaging_ms + queued_ms; }
   double mean_accepted() const { return rounds ? static_cast<double>(accepted) / static_cast<double>(rounds) : 0.0; }
 
   /// Records one round of this request: `proposed` drafts, `accepted` of them.

@@ -185,6 +185,7 @@ nlohmann::json stats_json(const SpecStats& s) {
           {"verify_ms", s.verify_ms},
           {"commit_ms", s.commit_ms},
           {"messaging_ms", s.messaging_ms},
+          {"queued_ms", s.queued_ms},
           {"wall_ms", s.wall_ms}};
   // scheduler.micro_batches > 1: only where rounds were in flight together.
   if (s.max_rounds_in_flight > 1) {

@@ -101,7 +101,7 @@ def specpipe_run(args, prompts_file, gammas, out_json):
     generated = sum(len(t) for t in doc["plain_outputs"])  # every row's outputs equal plain's (checked below)
     rows = {}
     for r in doc["results"]:
-        decode_ms = r["draft_ms"] + r["verify_ms"] + r["commit_ms"] + r["messaging_ms"]
+        decode_ms = r["draft_ms"] + r["verify_ms"] + r["commit_ms"] + r["messaging_ms"] + r.get("queued_ms", 0)
         rows["plain" if r["gamma"] == 0 else f"ngram{r['gamma']}"] = {
             "decode_tok_per_s": (generated - n_prompts) / decode_ms * 1e3, "e2e_tok_per_s": r["e2e_tok_per_s"],
             "cpu_e2e_tok_per_s": generated / r["cpu_ms"] * 1e3,

@@ -199,11 +199,12 @@ Event CudaForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windo
 
 Event CudaForwardModel::launch_greedy_chain_early(std::span<const ForwardWindow> windows, int32_t steps,
                                                   int32_t early, const KvStore& kv, KvWriteSink& sink,
-                                                  DeviceIds& early_ids) {
+                                                  DeviceIds& early_ids, int32_t slot) {
   launched_on_host_ = steps > CudaTransformer::kMaxChainSteps;
-  if (launched_on_host_) return ForwardModel::launch_greedy_chain_early(windows, steps, early, kv, sink, early_ids);
+  if (launched_on_host_)
+    return ForwardModel::launch_greedy_chain_early(windows, steps, early, kv, sink, early_ids, slot);
   if (early < 1) fail(ErrorCode::invalid_argument, "CUDA model: the ids of {} early steps of a chain", early);
-  Event done = model_->launch_greedy_chain(windows, steps, kv, early);  // checks the windows and reservations
+  Event done = model_->launch_greedy_chain(windows, steps, kv, early, slot);  // checks the windows and reservations
   report_chain_rows(windows, steps, kv, sink);
   early_ids = model_->early_ids();
   return done;

@@ -78,9 +78,9 @@ class CudaForwardModel final : public ForwardModel {
   Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                             KvWriteSink& sink) override;
   /// CudaTransformer::launch_greedy_chain in two launches with an event after `early`
-  /// steps: early_ids are the device's (its argmax buffer).
+  /// steps: early_ids are the device's (its argmax buffer, or the slot's buffer).
   Event launch_greedy_chain_early(std::span<const ForwardWindow> windows, int32_t steps, int32_t early,
-                                  const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids) override;
+                                  const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids, int32_t slot) override;
   void collect_greedy_chain(std::vector<int32_t>& ids) override;
   /// CudaTransformer::place_tokens: the ids are read on the device, behind `ready`.
   void place_next_tokens(std::span<const PlacedToken> placed, std::span<const Event> ready) override {

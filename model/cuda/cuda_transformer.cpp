@@ -418,15 +418,27 @@ void CudaTransformer::forward_greedy_chain(std::span<const ForwardWindow> window
 }
 
 Event CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
-                                           int32_t early) {
+                                           int32_t early, int32_t slot) {
   if (early < 0 || early > steps)
     fail(ErrorCode::invalid_argument, "CUDA forward: the ids of {} early steps of a chain of {}", early, steps);
-  run_chain(windows, steps, kv, /*defer=*/true, early);
+  if (slot >= 0 && early < 1)
+    fail(ErrorCode::invalid_argument, "CUDA forward: a slot for the early ids of a chain without early steps");
+  if (slot >= 0 && static_cast<size_t>(slot) >= impl_->early_slots.size())
+    impl_->early_slots.resize(static_cast<size_t>(slot) + 1);
+  if (slot >= 0 && !impl_->early_slots[static_cast<size_t>(slot)]) {
+    cuda_try(cudaSetDevice(options_.device), "cudaSetDevice");
+    auto buffer = std::make_unique<cuda::DeviceBuffer>();
+    buffer->allocate(static_cast<size_t>(options_.max_tokens) * kMaxChainSteps * sizeof(int32_t), &device_bytes_);
+    impl_->early_slots[static_cast<size_t>(slot)] = std::move(buffer);
+  }
+  run_chain(windows, steps, kv, /*defer=*/true, early, slot);
   return launched_done_;
 }
 
 DeviceIds CudaTransformer::early_ids() const {
-  return {impl_->argmax, 1, {DeviceKind::cuda, options_.device}, early_done_};
+  const int32_t* ids =
+      early_slot_ >= 0 ? impl_->early_slots[static_cast<size_t>(early_slot_)]->as<int32_t>() : impl_->argmax;
+  return {ids, 1, {DeviceKind::cuda, options_.device}, early_done_};
 }
 
 void CudaTransformer::place_tokens(std::span<const ForwardModel::PlacedToken> placed, std::span<const Event> ready) {
@@ -435,11 +447,11 @@ void CudaTransformer::place_tokens(std::span<const ForwardModel::PlacedToken> pl
 }
 
 void CudaTransformer::run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer,
-                                int32_t early) {
+                                int32_t early, int32_t slot) {
   const bool copy = options_.copy_logits;
   options_.copy_logits = false;
   try {
-    run(windows, steps, true, kv, chain_logits_, defer, early);
+    run(windows, steps, true, kv, chain_logits_, defer, early, slot);
   } catch (...) {
     options_.copy_logits = copy;
     throw;
@@ -473,7 +485,7 @@ void CudaTransformer::settle_launched_chain() {
 }
 
 void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv,
-                          CudaLogits& out, bool defer, int32_t early) {
+                          CudaLogits& out, bool defer, int32_t early, int32_t slot) {
   const ModelConfig& c = config_;
   cuda::TransformerState& d = *impl_;
   // A staged round's rows go to the staging buffer: its "slots" are the row indices.
@@ -556,8 +568,19 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     else
       enqueue_forward(plan, settings, from, to);
   };
+  // A slot's early ids: copied out of the argmax buffer behind their steps, before the
+  // event that guards them, so that the next chain (another round in flight) cannot
+  // overwrite them before the verify forward of their round read them.
+  const bool keep_early = chain && defer && slot >= 0 && early > 0;
+  auto copy_early = [&] {
+    cuda_try(cudaMemcpyAsync(d.early_slots[static_cast<size_t>(slot)]->as<int32_t>(), d.argmax,
+                             static_cast<size_t>(early) * static_cast<size_t>(plan.windows()) * sizeof(int32_t),
+                             cudaMemcpyDeviceToDevice, stream_),
+             "early chain ids copy");
+  };
   if (split) {  // never over host-tier K/V (plan_forward refuses such chains)
     launch_steps(0, early);
+    if (keep_early) copy_early();
     early_done_ = Event::record({{DeviceKind::cuda, options_.device}, stream_});
     launch_steps(early, steps);
   } else if (use_graph) {
@@ -592,6 +615,8 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   }
   const Stream stream{{DeviceKind::cuda, options_.device}, stream_};
   if (defer) {
+    if (keep_early && !split) copy_early();
+    early_slot_ = keep_early ? slot : -1;
     launched_ids_ = steps * plan.windows();
     launched_ready_ = false;
     launched_done_ = Event::record(stream);

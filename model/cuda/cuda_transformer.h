@@ -189,13 +189,16 @@ class CudaTransformer {
   /// sync of their own (an event query instead).
   /// With `early` in [1, steps): the chain runs as two launches (two graphs) with an
   /// event between them, after step early - 1, which early_ids() gives with the device
-  /// ids of those steps (ForwardModel::launch_greedy_chain_early).
+  /// ids of those steps (ForwardModel::launch_greedy_chain_early). With `slot` >= 0 as
+  /// well, those ids are copied (on the stream, before that event) into the slot's own
+  /// buffer (made at its first use), which only the next chain of the same slot writes.
   Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
-                            int32_t early = 0);
+                            int32_t early = 0, int32_t slot = -1);
   void collect_greedy_chain(std::vector<int32_t>& ids);
   /// The last launched chain's ids on the device ([steps x windows], step-major: the
-  /// argmax buffer, valid until the next forward or chain) and the event after its first
-  /// `early` steps (after the whole chain without `early`).
+  /// argmax buffer, valid until the next forward or chain; with a slot its first `early`
+  /// steps' in the slot's buffer, valid until the next chain of that slot) and the event
+  /// after its first `early` steps (after the whole chain without `early`).
   DeviceIds early_ids() const;
   /// ForwardModel::place_next_tokens: the next forward (not a chain) waits for `ready`
   /// on its stream after its metadata upload, copies each placed token from `at` (this
@@ -319,13 +322,13 @@ class CudaTransformer {
   /// forward_greedy_chain (defer false) and launch_greedy_chain (defer true): run()
   /// without logits copies (the plan checks the step count).
   void run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer,
-                 int32_t early = 0);
+                 int32_t early = 0, int32_t slot = -1);
   /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
   /// window and step, in chain_ids_): plan (model/cuda/forward_plan.h), upload, replay a
   /// graph or run the steps (eagerly or into a new graph), copy back. defer (chains only):
   /// return after enqueueing, without the sync; see launch_greedy_chain.
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out,
-           bool defer = false, int32_t early = 0);
+           bool defer = false, int32_t early = 0, int32_t slot = -1);
   /// Packs the plan's metadata into the pinned buffer and enqueues its upload.
   void upload_plan(const cuda::ForwardPlan& plan);
   /// SpecPV retrieval: `seq`'s summaries with room for `blocks` blocks (grown, the old
@@ -398,6 +401,7 @@ class CudaTransformer {
   Event launched_done_;          ///< after a launched chain's work (its ids copied back)
   Event join_;                   ///< join_before_sync's event, for the next forward
   Event early_done_;             ///< after a launched chain's first `early` steps
+  int32_t early_slot_ = -1;      ///< the slot buffer holding them (-1: the argmax buffer)
   std::vector<ForwardModel::PlacedToken> placed_;  ///< place_tokens', for the next forward
   std::vector<Event> placed_ready_;
   std::vector<int32_t> placed_values_;             ///< the last forward's placed tokens

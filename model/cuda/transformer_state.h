@@ -56,6 +56,9 @@ struct TransformerState {
         *logits = nullptr;
   uint16_t* xb = nullptr;
   int32_t* argmax = nullptr;
+  // Early chain ids kept per round in flight (CudaTransformer::launch_greedy_chain's
+  // slot): [max_tokens * kMaxChainSteps] ids each, allocated at a slot's first use.
+  std::vector<std::unique_ptr<DeviceBuffer>> early_slots;
   cublasLtHandle_t lt = nullptr;
   LtGemm g_qkv, g_o, g_gate_up, g_down, g_head;
   int32_t num_blocks = 0, block_size = 0;

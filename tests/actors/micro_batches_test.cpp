@@ -9,10 +9,13 @@
 // ThreadSanitizer too (`scripts/test.sh --tsan`).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
+#include <string>
 
 #include "actors/pipeline_builder.h"
 #include "core/error.h"
+#include "pipeline/model_drafter.h"
 #include "tests/support/engine.h"
 #include "tests/support/golden.h"
 #include "tests/support/sanitizer.h"
@@ -21,7 +24,7 @@
 namespace specpipe {
 namespace {
 
-enum class Kind { plain, draft_model_nwor, draft_ahead, ngram };
+enum class Kind { plain, draft_model, draft_model_nwor, draft_ahead, ngram };
 
 PipelineConfig config_for(Kind kind, int32_t micro_batches, int32_t actor_threads = 1) {
   PipelineConfig c = test::demo_engine_config();
@@ -29,6 +32,7 @@ PipelineConfig config_for(Kind kind, int32_t micro_batches, int32_t actor_thread
   c.scheduler.actor_threads = actor_threads;
   switch (kind) {
     case Kind::plain: c.drafter.type = DrafterKind::none; break;
+    case Kind::draft_model: break;
     case Kind::draft_model_nwor:
       c.plugins.push_back({"nwor", test::plugin_library(NWOR_PLUGIN_PATH), "{}"});
       c.slots.kv_write = "nwor";
@@ -42,6 +46,8 @@ PipelineConfig config_for(Kind kind, int32_t micro_batches, int32_t actor_thread
 struct Outcome {
   SpecStats stats;
   int64_t drafted_ahead = 0;
+  std::map<size_t, std::vector<int32_t>> accepted_per_round;  ///< by golden case
+  int64_t device_draft_rounds = 0;  ///< the model drafter's rounds with drafts left on its device
 };
 
 /// `n` greedy golden requests of different lengths submitted together; each must give the
@@ -63,8 +69,11 @@ Outcome expect_solo_outputs(const PipelineConfig& config, size_t n) {
     EXPECT_EQ(c.reason, FinishReason::length) << c.error;
     EXPECT_EQ(c.tokens, want[index[id]]) << "request " << index[id];
     run.drafted_ahead += c.stats.drafted_ahead;
+    run.accepted_per_round[index[id]] = c.stats.accepted_per_round;
   }
   run.stats = engine.stats();
+  if (const auto* drafter = dynamic_cast<const ModelDrafter*>(engine.parts().drafter.get()))
+    run.device_draft_rounds = drafter->device_draft_rounds();
   EXPECT_EQ(engine.kv_occupancy().free_blocks, engine.kv_occupancy().total_blocks);
   EXPECT_EQ(engine.kv_occupancy().sequences, 0u);
   EXPECT_EQ(engine.draft_kv_occupancy().free_blocks, engine.draft_kv_occupancy().total_blocks);
@@ -104,6 +113,40 @@ TEST(MicroBatches, DraftModelWithNworThreeInFlight) {
 // so a sequence's chain waits for its own next round while other micro-batches run.
 TEST(MicroBatches, DraftAheadPerSequenceTwoInFlight) {
   EXPECT_GT(expect_overlap(Kind::draft_ahead, 2).drafted_ahead, 0);
+}
+
+// Drafts left on the drafter's device with several rounds in flight (issue 18 item 3):
+// each round's chain ids are kept in its micro-batch slot's buffer (RoundBatch::slot),
+// which the next round's chain - launched before this round's verdict - does not
+// overwrite. On the CPU the model's ids are host memory, read after their event, by the
+// same code path (ForwardModel::launch_greedy_chain_early's slot copy); with
+// SPECPIPE_TEST_DEVICE=cuda:0 (tools/gpu/micro_batches_check.sh) they are device memory
+// read by the verify forward behind the slot's event. Three in flight: a third round's
+// chain would free or overwrite the first's ids if they were not its own. The drafts
+// the verifier read must be the drafter's: every round of every request accepts what
+// that request accepts alone (the golden record on the CPU; on a device, the same engine
+// with one micro-batch), but the last, which the token limit may cut.
+TEST(MicroBatches, DraftsStayOnTheDeviceWithThreeInFlight) {
+  const Outcome run = expect_overlap(Kind::draft_model, 3);
+  EXPECT_GT(run.device_draft_rounds, 0) << "no round left its drafts on the drafter's device";
+  const char* device = std::getenv("SPECPIPE_TEST_DEVICE");
+  const bool on_gpu = device && std::string(device).rfind("cuda", 0) == 0;
+  const int32_t gamma = config_for(Kind::draft_model, 1).drafter.gamma;
+  std::map<size_t, std::vector<int32_t>> want;
+  if (on_gpu) {
+    want = expect_solo_outputs(config_for(Kind::draft_model, 1), requests()).accepted_per_round;
+  } else {
+    for (size_t i = 0; i < requests(); ++i)
+      want[i] = test::golden_public()["cases"][i]["spec"][std::to_string(gamma)]["accepted_per_round"]
+                    .get<std::vector<int32_t>>();
+  }
+  for (const auto& [i, got] : run.accepted_per_round) {
+    ASSERT_FALSE(got.empty());
+    ASSERT_LE(got.size(), want[i].size()) << "request " << i;
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end() - 1),
+              std::vector<int32_t>(want[i].begin(), want[i].begin() + static_cast<std::ptrdiff_t>(got.size() - 1)))
+        << "request " << i << ": its rounds accepted other drafts than alone";
+  }
 }
 
 TEST(MicroBatches, NgramTwoInFlight) { expect_overlap(Kind::ngram, 2); }

@@ -57,7 +57,7 @@ for mode, clients, r in sorted(runs, key=lambda x: (order(x[0]), x[1])):
     # mean round's (bench/load_generator records them since the SCV breakdown).
     per_round_ms = {}
     if rounds:
-        for key in ("draft_ms", "verify_ms", "commit_ms", "messaging_ms", "wall_ms"):
+        for key in ("draft_ms", "verify_ms", "commit_ms", "messaging_ms", "queued_ms", "wall_ms"):
             total = [o["times"][key] for o in outputs if o["ok"] and key in (o.get("times") or {})]
             if total:
                 per_round_ms[key] = sum(total) / rounds
@@ -139,13 +139,15 @@ for r in rows:
               if p else f"| {r['mode']} | {r['clients']} | ... |")
 md.append("")
 if any(r["per_round_ms"] for r in rows):
-    md += ["Per round (ms, the server's times over the requests' rounds): draft / verify / KV commit / messaging; "
+    md += ["Per round (ms, the server's times over the requests' rounds): draft / verify / KV commit / messaging "
+           "(the hops) / queued (waiting for a stage busy with another micro-batch's round); "
            "a request's wall time over its rounds (queueing and prefill included)", "",
-           "| mode | clients | draft | verify | commit | messaging | sum | wall / round |", "|---|---|---|---|---|---|---|---|"]
+           "| mode | clients | draft | verify | commit | messaging | queued | sum | wall / round |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         t = r["per_round_ms"]
         if t:
-            parts = [t.get(k, 0) for k in ("draft_ms", "verify_ms", "commit_ms", "messaging_ms")]
+            parts = [t.get(k, 0) for k in ("draft_ms", "verify_ms", "commit_ms", "messaging_ms", "queued_ms")]
             md.append(f"| {r['mode']} | {r['clients']} | " + " | ".join(f"{x:.3f}" for x in parts) +
                       f" | {sum(parts):.3f} | {t.get('wall_ms', 0):.3f} |")
     md.append("")
