@@ -38,6 +38,18 @@ gpu_engine_env() {
   export SPECPIPE_PLUGIN_DIR="$root/$bundle/plugins"
 }
 
+# After gpu_bundle_env: compute-sanitizer memcheck of a command into
+# $out/memcheck_<name>.txt, its summary printed; non-zero when it found errors or failed.
+gpu_memcheck() {  # name label timeout command...
+  local name="$1" label="$2" limit="$3" sanitizer rc
+  shift 3
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  timeout "$limit" "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 "$@" >"$out/memcheck_$name.txt" 2>&1
+  rc=$?
+  echo "memcheck ($label) exit: $rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck_$name.txt"))"
+  return $rc
+}
+
 # The SpecPV runs' shared pieces (specpv_check.sh, specpv_host_e2e.sh), after gpu_bundle_env:
 # the golden prompts of 7,000 tokens or more as a bench prompt file, and the pipeline YAML
 # lines that put the bundle's SpecPV plugin in verify_view with a budget B split as in

@@ -59,12 +59,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
 done
 
 if [[ "${MEMCHECK:-1}" != 0 ]]; then
-  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-  timeout "${MEMCHECK_TIMEOUT:-300}" "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 \
-    "$bundle/bin/speculative_golden_test" --gtest_brief=1 --gtest_filter='*DraftAheadKeepsEveryRound/2' \
-    >"$out/memcheck_draft_ahead.txt" 2>&1
-  rc=$?
-  echo "memcheck (draft-ahead, gamma 4) exit: $rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck_draft_ahead.txt"))"
-  [[ $rc -eq 0 ]] || status=1
+  gpu_memcheck draft_ahead "draft-ahead, gamma 4" "${MEMCHECK_TIMEOUT:-300}" "$bundle/bin/speculative_golden_test" \
+    --gtest_brief=1 --gtest_filter='*DraftAheadKeepsEveryRound/2' || status=1
 fi
 exit $status

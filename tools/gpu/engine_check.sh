@@ -34,13 +34,8 @@ if [[ "${BENCH:-1}" != 0 ]]; then  # BENCH=0: the suites only
   cat "$out/engine_bench.txt"
 fi
 if [[ "${MEMCHECK:-1}" != 0 ]]; then
-  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-  timeout "${MEMCHECK_TIMEOUT:-400}" "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 \
-    "$bundle/bin/plugin_pipeline_test" --gtest_brief=1 \
-    --gtest_filter='Plugins/StrategyMatrix.SpeculativeGreedyEqualsPlain/1:Faults/RuntimeFault.*kv_write_commit*' \
-    >"$out/memcheck_nwor.txt" 2>&1
-  rc=$?
-  echo "memcheck (NWOR on the device) exit: $rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck_nwor.txt"))"
-  [[ $rc -eq 0 ]] || status=1
+  gpu_memcheck nwor "NWOR on the device" "${MEMCHECK_TIMEOUT:-400}" "$bundle/bin/plugin_pipeline_test" --gtest_brief=1 \
+    --gtest_filter='Plugins/StrategyMatrix.SpeculativeGreedyEqualsPlain/1:Faults/RuntimeFault.*kv_write_commit*' ||
+    status=1
 fi
 exit $status

@@ -23,13 +23,8 @@ cat "$out/micro_batches_check_environment.txt"
 SUITES=micro_batches_test BENCH=0 MEMCHECK=0 bash "$here/engine_check.sh" || status=1
 if [[ "${MEMCHECK:-1}" != 0 ]]; then
   gpu_engine_env
-  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-  timeout "${MEMCHECK_TIMEOUT:-180}" "$sanitizer" --tool memcheck --leak-check no --error-exitcode 9 \
-    "$bundle/bin/micro_batches_test" --gtest_brief=1 --gtest_filter='MicroBatches.DraftsStayOnTheDeviceWithThreeInFlight' \
-    >"$out/memcheck_micro_batches.txt" 2>&1
-  rc=$?
-  echo "memcheck (drafts per slot on the device) exit: $rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck_micro_batches.txt"))"
-  [[ $rc -eq 0 ]] || status=1
+  gpu_memcheck micro_batches "drafts per slot on the device" "${MEMCHECK_TIMEOUT:-180}" "$bundle/bin/micro_batches_test" \
+    --gtest_brief=1 --gtest_filter='MicroBatches.DraftsStayOnTheDeviceWithThreeInFlight' || status=1
 fi
 SYNCS="${SYNCS:-0}" MODES="${MODES:-plain plain_mb draft draft_mb}" DRAFT_GAMMAS="${DRAFT_GAMMAS:-4}" \
   bash "$here/serve_load.sh" || status=1
