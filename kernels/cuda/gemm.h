@@ -107,9 +107,12 @@ cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w
 /// tile's weights loading during a tile's cross-warp sum and store.
 /// Bit 4 (launches that overlap the kernel before): a one-wave grid lets the next kernel
 /// launch as it starts (faster for the 0.6B shape, slower for the 8B one: off).
-/// Bit 8: the same only where W is at most kEarlyLaunchMaxWeightBytes, a GEMM that streams
-/// its weights in about the time a launch takes (every layer GEMM of the 0.6B shape,
-/// none of the 8B or 4B shapes, whose GEMMs the next kernels' waiting blocks slow down).
+/// Bit 8: the same only for one row (a decode step or a draft chain's step) where W is at
+/// most kEarlyLaunchMaxWeightBytes, a GEMM that streams its weights in about the time a
+/// launch takes (every layer GEMM of the 0.6B shape, none of the 8B or 4B shapes, whose
+/// GEMMs the next kernels' waiting blocks slow down). Not for verify windows: with it the
+/// demo target's 5-row verify forward took 0.421 ms instead of 0.337 under load at one
+/// client (serve_env_ab.sh, H200), its speculation 1.33-1.39x plain instead of 1.52-1.57x.
 /// 0: one block per tile, 4-step buffers (the first kernel). The default, 11 (3 won the
 /// A/B of kernels/cuda/README.md's "Tenth session", 8 its "Thirteenth session");
 /// SPECPIPE_GEMM_MMA_VARIANT (0..15, read on first use) overrides it.

@@ -256,7 +256,7 @@ cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const
                            float* y, uint16_t* yb, int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous) {
   const int variant = gemm_mma_variant();
   const bool small_weights = 2 * n * k <= kEarlyLaunchMaxWeightBytes;  // W: n rows of k bf16
-  const bool early_launch = ((variant & 4) || ((variant & 8) && small_weights)) && overlap_previous &&
+  const bool early_launch = ((variant & 4) || ((variant & 8) && small_weights && m == 1)) && overlap_previous &&
                             blocks <= resident_blocks<kTiles, kSiluGate, kDepth, kPersistent>();
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kSiluGate, kDepth, kPersistent>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
