@@ -132,15 +132,23 @@ double usual_ms(It first, size_t count, Ms ms) {
   return ms(*(first + static_cast<std::ptrdiff_t>((count - 1) / 3)));
 }
 
+/// Calls fn(first, count) for each run of one draft length among the first `kept` of `at`
+/// (sorted by length).
+template <typename Rounds, typename Fn>
+void for_each_length(const Rounds& at, size_t kept, Fn fn) {
+  for (size_t first = 0, end = 0; first < kept; first = end) {
+    for (end = first; end < kept && at[end].steps == at[first].steps;) ++end;
+    fn(first, end - first);
+  }
+}
+
 /// Whether some draft length has `usual` rounds among the first `kept` of `at` (sorted
 /// by length).
 template <typename Rounds>
 bool has_usual_length(const Rounds& at, size_t kept, size_t usual) {
-  for (size_t first = 0, end = 0; first < kept; first = end) {
-    for (end = first; end < kept && at[end].steps == at[first].steps;) ++end;
-    if (end - first >= usual) return true;
-  }
-  return false;
+  bool any = false;
+  for_each_length(at, kept, [&](size_t, size_t count) { any = any || count >= usual; });
+  return any;
 }
 
 }  // namespace
@@ -173,16 +181,14 @@ CostModel::DraftLine CostModel::Bucket::drafting_line(double token_ms) const {
   // tilts the line (a negative slope puts every cost in the fixed part).
   const bool any_usual = has_usual_length(at, kept, kUsualRounds);
   double w = 0, wx = 0, wy = 0, wxx = 0, wxy = 0;
-  for (size_t first = 0, end = 0; first < kept; first = end) {
-    for (end = first; end < kept && at[end].steps == at[first].steps;) ++end;
-    const size_t count = end - first;
-    if (any_usual && count < kUsualRounds) continue;
+  for_each_length(at, kept, [&](size_t first, size_t count) {
+    if (any_usual && count < kUsualRounds) return;
     const double y = usual_ms(at.begin() + static_cast<std::ptrdiff_t>(first), count,
                               [](const DraftRound& r) { return r.ms; });
     const auto c = static_cast<double>(count);
     const double x = at[first].steps;
     w += c, wx += c * x, wy += c * y, wxx += c * x * x, wxy += c * x * y;
-  }
+  });
   DraftLine line;
   line.mean_steps = wx / w;
   line.mean_ms = wy / w;
