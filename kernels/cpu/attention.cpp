@@ -56,29 +56,128 @@ inline std::pair<const float*, const float*> key_rows(const AttentionWindow& w, 
   return {w.k + o, w.v + o};
 }
 
-/// Keys ahead of the score loop whose rows are prefetched. A head's K and V rows are
-/// head_dim floats of a slot of every kv head (4 KiB for 8 heads of 128), so each key is
-/// a new page and the hardware prefetcher, which stays within a page, fetches none of
-/// them: without this a decode step's attention waited on one key's lines after another.
-constexpr int32_t kPrefetchKeys = 8;
+/// Keys ahead of the walk whose rows are prefetched. A head's K and V rows are head_dim
+/// floats of a slot of every kv head (4 KiB for 8 heads of 128), so each key is a new
+/// page and the hardware prefetcher, which stays within a page, fetches none of them:
+/// without this a decode step's attention waited on one key's lines after another.
+constexpr int32_t kPrefetchKeys = 24;
 
-/// Prefetches key j's K and V rows for one kv head into the caches. Always inlined: as
-/// a call of its own GCC finds it free of effects (a prefetch has none it models) and
-/// deletes every call.
+/// Prefetches key j's K and V rows for kv heads [kv_head, kv_head + heads) (adjacent in
+/// a slot) into the caches. Always inlined: as a call of its own GCC finds it free of
+/// effects (a prefetch has none it models) and deletes every call.
 template <int HD>
-[[gnu::always_inline]] inline void prefetch_key(const AttentionWindow& w, int32_t kv_head, int32_t j) {
+[[gnu::always_inline]] inline void prefetch_key(const AttentionWindow& w, int32_t kv_head, int32_t heads, int32_t j) {
   const auto [k, v] = key_rows(w, kv_head, HD, j);
-  for (int d = 0; d < HD; d += 16) {
+  for (int d = 0; d < heads * HD; d += 16) {
     _mm_prefetch(reinterpret_cast<const char*>(k + d), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(v + d), _MM_HINT_T1);
   }
 }
 
-template <int HD>
-inline float dot(const float* a, const float* b) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int d = 0; d < HD; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
-  return simd::hsum(acc);
+/// Tokens of one window per work item: they share one walk over their keys, so a
+/// verify window reads each K and V row once, not once per token.
+constexpr int32_t kTokenBlock = 8;
+/// Keys per block of the walk: the block's K and V rows stay in L1 (8 KiB each at
+/// head_dim 128) while every query row of the item uses them.
+constexpr int32_t kKeyBlock = 16;
+
+struct KeyBlock {
+  int32_t first = 0, count = 0;  // keys [first, first + count)
+  const float* k[kKeyBlock];
+  const float* v[kKeyBlock];
+};
+
+/// Calls fn(block) for the keys that window token `last` sees, in position order and
+/// in blocks of up to kKeyBlock: the rows of kv head `kv_head` (the next heads' rows
+/// follow them), prefetching the rows of `heads` heads kPrefetchKeys ahead if asked.
+template <int HD, typename Fn>
+inline void for_each_key_block(const AttentionWindow& w, int32_t kv_head, int32_t heads, int32_t last, bool prefetch,
+                               Fn&& fn) {
+  const int32_t count = w.prefix.length + last + 1;
+  KeyBlock b;
+  if (prefetch)
+    for (int32_t j = 0; j < std::min(kPrefetchKeys, count); ++j) prefetch_key<HD>(w, kv_head, heads, j);
+  for_each_key(w, kv_head, HD, last, [&](int32_t j, const float* k, const float* v) {
+    if (prefetch && j + kPrefetchKeys < count) prefetch_key<HD>(w, kv_head, heads, j + kPrefetchKeys);
+    b.k[b.count] = k;
+    b.v[b.count] = v;
+    if (++b.count == kKeyBlock) {
+      fn(static_cast<const KeyBlock&>(b));
+      b.first += b.count;
+      b.count = 0;
+    }
+  });
+  if (b.count > 0) fn(static_cast<const KeyBlock&>(b));
+}
+
+/// R query rows against K keys x0.. of a block: score[r][x] = hsum(the FMA chain over d
+/// of q_r[d] * k_x[d]) * scale, each (row, key) chain as a lone dot product would run
+/// it; R x K chains side by side only hide the FMA latency.
+template <int HD, int R, int K>
+[[gnu::always_inline]] inline void score_tile(const float* const* q, const float* const* k, int64_t off,
+                                              float scale, float* const* scores, int32_t x0) {
+  __m256 acc[R][K];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int x = 0; x < K; ++x) acc[r][x] = _mm256_setzero_ps();
+  for (int d = 0; d < HD; d += 8) {
+    __m256 kv[K];
+#pragma GCC unroll 8
+    for (int x = 0; x < K; ++x) kv[x] = _mm256_loadu_ps(k[x0 + x] + off + d);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 qv = _mm256_loadu_ps(q[r] + d);
+#pragma GCC unroll 8
+      for (int x = 0; x < K; ++x) acc[r][x] = _mm256_fmadd_ps(qv, kv[x], acc[r][x]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int x = 0; x < K; ++x) scores[r][x0 + x] = simd::hsum(acc[r][x]) * scale;
+}
+
+/// Scores of R query rows (heads of one token: the same visible keys) for the first
+/// `count` keys of a block, their K rows `off` floats past the block's; scores[r]
+/// points at the block's first key.
+template <int HD, int R>
+inline void score_rows(const float* const* q, const KeyBlock& b, int64_t off, int32_t count, float scale,
+                       float* const* scores) {
+  int32_t x = 0;
+  for (; x + 4 <= count; x += 4) score_tile<HD, R, 4>(q, b.k, off, scale, scores, x);
+  for (; x < count; ++x) score_tile<HD, R, 1>(q, b.k, off, scale, scores, x);
+}
+
+/// acc_r[d] = FMA(p_r[x], v_x[d], acc_r[d]) over the first `count` keys of a block in
+/// order (V rows `off` floats past the block's), R rows at a time so each V vector is
+/// loaded once for all of them. The accumulators live in memory between blocks (stores
+/// are exact): each lane stays one chain over its keys in ascending position.
+template <int HD, int R>
+inline void value_rows(const float* const* p, const KeyBlock& b, int64_t off, int32_t count, float* const* acc) {
+  constexpr int W = HD < 32 ? HD : 32;  // floats of a slice: R x W / 8 accumulators
+  for (int d0 = 0; d0 < HD; d0 += W) {
+    __m256 a[R][W / 8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int t = 0; t < W / 8; ++t) a[r][t] = _mm256_loadu_ps(acc[r] + d0 + t * 8);
+    for (int32_t x = 0; x < count; ++x) {
+      __m256 vv[W / 8];
+#pragma GCC unroll 8
+      for (int t = 0; t < W / 8; ++t) vv[t] = _mm256_loadu_ps(b.v[x] + off + d0 + t * 8);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 pj = _mm256_set1_ps(p[r][x]);
+#pragma GCC unroll 8
+        for (int t = 0; t < W / 8; ++t) a[r][t] = _mm256_fmadd_ps(pj, vv[t], a[r][t]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int t = 0; t < W / 8; ++t) _mm256_storeu_ps(acc[r] + d0 + t * 8, a[r][t]);
+  }
 }
 
 /// Turns scores[0, len) into exp(s - max) in place and returns their sum; the sum is an
@@ -107,59 +206,99 @@ inline float softmax_numerators(float* scores, int32_t len) {
   return simd::hsum(sum);
 }
 
-/// One query token (window index i) against its keys, for the `group` query heads of
-/// one kv head. HD is the head dimension as a compile-time constant (see attention()).
+/// Window tokens [i0, i1) (at most kTokenBlock) against their keys, for the query heads
+/// of kv heads [g0, g1): one walk over the keys for the scores, the softmax of each
+/// query row, one walk for the values. The kv heads' rows are adjacent in a slot, so
+/// the walk reads (g1 - g0) x head_dim floats of each, not head_dim of a 4 KiB stride.
+/// Every output is what its token alone would get: its scores are FMA chains over
+/// head_dim, its softmax runs over its own keys and its value sums are chains over its
+/// keys in ascending position. HD is the head dimension as a compile-time constant
+/// (see attention()).
 template <int HD>
-void attend_one(const AttentionShape& s, const AttentionWindow& w, int32_t i, int32_t kv_head,
-                std::vector<float>& scratch) {
+void attend_tokens(const AttentionShape& s, const AttentionWindow& w, int32_t i0, int32_t i1, int32_t g0, int32_t g1,
+                   std::vector<float>& scratch) {
   const int32_t group = s.num_heads / s.num_kv_heads;
-  const int32_t len = w.prefix.length + i + 1;
-  scratch.resize(static_cast<size_t>(group) * static_cast<size_t>(len));
+  const int32_t heads = (g1 - g0) * group;  // query heads of the item, in head order
+  const int32_t rows = (i1 - i0) * heads;
+  const int32_t ld = w.prefix.length + i1;  // scores per row: the last token's keys
+  const size_t scores_size = static_cast<size_t>(rows) * static_cast<size_t>(ld);
+  scratch.assign(scores_size + static_cast<size_t>(rows) * (HD + 1), 0.0f);
   float* scores = scratch.data();
-  const float* q = w.q + i * w.ld_q + int64_t{kv_head} * group * HD;
-
-  // Short windows (decode, verify) read their keys from memory once per query; a
-  // prefill chunk's queries share theirs through the caches and skip the prefetches.
-  // Prefetching changes no arithmetic.
-  const bool prefetch = w.n <= 8;
-  if (prefetch)
-    for (int32_t j = 0; j < std::min(kPrefetchKeys, len); ++j) prefetch_key<HD>(w, kv_head, j);
-  for_each_key(w, kv_head, HD, i, [&](int32_t j, const float* k, const float*) {
-    if (prefetch && j + kPrefetchKeys < len) prefetch_key<HD>(w, kv_head, j + kPrefetchKeys);
-    for (int32_t h = 0; h < group; ++h) scores[h * len + j] = dot<HD>(q + h * HD, k) * s.scale;
-  });
-  float inv_sum[kMaxGroup];
-  for (int32_t h = 0; h < group; ++h) inv_sum[h] = 1.0f / softmax_numerators(scores + h * len, len);
-
-  float* out = w.out + i * w.ld_out + int64_t{kv_head} * group * HD;
-  constexpr int kWidth = HD < 64 ? HD : 64;  // 8 accumulators of 8 lanes at most
-  for (int32_t h = 0; h < group; ++h) {
-    const float* p = scores + h * len;
-    for (int d0 = 0; d0 < HD; d0 += kWidth) {
-      __m256 acc[kWidth / 8];
-      for (int t = 0; t < kWidth / 8; ++t) acc[t] = _mm256_setzero_ps();
-      for_each_key(w, kv_head, HD, i, [&](int32_t j, const float*, const float* v) {
-        const __m256 pj = _mm256_set1_ps(p[j]);
-        for (int t = 0; t < kWidth / 8; ++t) acc[t] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + d0 + t * 8), acc[t]);
-      });
-      const __m256 inv = _mm256_set1_ps(inv_sum[h]);
-      for (int t = 0; t < kWidth / 8; ++t)
-        _mm256_storeu_ps(out + h * HD + d0 + t * 8, _mm256_mul_ps(acc[t], inv));
+  float* acc = scores + scores_size;
+  float* inv_sum = acc + static_cast<size_t>(rows) * HD;
+  auto row = [&](int32_t t, int32_t h) { return static_cast<size_t>((t - i0) * heads + h); };
+  auto keys_of = [&](int32_t t) { return w.prefix.length + t + 1; };
+  // Calls fn.template operator()<R>(t, h, off) for token t's query heads h (relative to
+  // the item's first) in pairs of one kv head, whose rows are `off` floats past the
+  // item's first kv head's.
+  auto each_pair = [&](int32_t t, auto&& fn) {
+    for (int32_t g = g0; g < g1; ++g) {
+      const int32_t h0 = (g - g0) * group;
+      const auto off = static_cast<int64_t>(g - g0) * HD;
+      int32_t h = 0;
+      for (; h + 2 <= group; h += 2) fn.template operator()<2>(t, h0 + h, off);
+      if (h < group) fn.template operator()<1>(t, h0 + h, off);
     }
-  }
+  };
+
+  // Short windows (decode, verify) read their keys from memory once; a prefill chunk's
+  // items share theirs through the caches and skip the prefetches. Prefetching changes
+  // no arithmetic.
+  const bool prefetch = w.n <= kTokenBlock;
+  for_each_key_block<HD>(w, g0, g1 - g0, i1 - 1, prefetch, [&](const KeyBlock& b) {
+    for (int32_t t = i0; t < i1; ++t) {
+      const int32_t visible = std::min(b.count, keys_of(t) - b.first);
+      if (visible <= 0) continue;
+      each_pair(t, [&]<int R>(int32_t tt, int32_t h, int64_t off) {
+        const float* q[R];
+        float* out[R];
+        for (int r = 0; r < R; ++r) {
+          q[r] = w.q + tt * w.ld_q + (int64_t{g0} * group + h + r) * HD;
+          out[r] = scores + row(tt, h + r) * ld + b.first;
+        }
+        score_rows<HD, R>(q, b, off, visible, s.scale, out);
+      });
+    }
+  });
+  for (int32_t t = i0; t < i1; ++t)
+    for (int32_t h = 0; h < heads; ++h)
+      inv_sum[row(t, h)] = 1.0f / softmax_numerators(scores + row(t, h) * ld, keys_of(t));
+
+  for_each_key_block<HD>(w, g0, g1 - g0, i1 - 1, false, [&](const KeyBlock& b) {
+    for (int32_t t = i0; t < i1; ++t) {
+      const int32_t visible = std::min(b.count, keys_of(t) - b.first);
+      if (visible <= 0) continue;
+      each_pair(t, [&]<int R>(int32_t tt, int32_t h, int64_t off) {
+        const float* p[R];
+        float* a[R];
+        for (int r = 0; r < R; ++r) {
+          p[r] = scores + row(tt, h + r) * ld + b.first;
+          a[r] = acc + row(tt, h + r) * HD;
+        }
+        value_rows<HD, R>(p, b, off, visible, a);
+      });
+    }
+  });
+  for (int32_t t = i0; t < i1; ++t)
+    for (int32_t h = 0; h < heads; ++h) {
+      const float* a = acc + row(t, h) * HD;
+      float* out = w.out + t * w.ld_out + (int64_t{g0} * group + h) * HD;
+      const __m256 inv = _mm256_set1_ps(inv_sum[row(t, h)]);
+      for (int d = 0; d < HD; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), inv));
+    }
 }
 
-using AttendFn = void (*)(const AttentionShape&, const AttentionWindow&, int32_t, int32_t,
+using AttendFn = void (*)(const AttentionShape&, const AttentionWindow&, int32_t, int32_t, int32_t, int32_t,
                           std::vector<float>&);
 
 /// The one place head_dim becomes a template parameter; others are refused.
 AttendFn attend_for(int32_t head_dim) {
   switch (head_dim) {
-    case 16: return attend_one<16>;
-    case 32: return attend_one<32>;
-    case 64: return attend_one<64>;
-    case 128: return attend_one<128>;
-    case 256: return attend_one<256>;
+    case 16: return attend_tokens<16>;
+    case 32: return attend_tokens<32>;
+    case 64: return attend_tokens<64>;
+    case 128: return attend_tokens<128>;
+    case 256: return attend_tokens<256>;
     default: return nullptr;
   }
 }
@@ -179,13 +318,18 @@ void attention(const AttentionShape& s, std::span<const AttentionWindow> windows
     fail(ErrorCode::unsupported,
          "attention: heads {}/{} with head_dim {} not supported (head_dim 16, 32, 64, 128 or 256)", s.num_heads,
          s.num_kv_heads, s.head_dim);
-  // Work items: (window, token, kv head); longer prefixes first would balance better but
-  // the order must not matter for results, and with dynamic scheduling it does not.
+  // Work items: (window, block of up to kTokenBlock tokens, kv heads [g, g + per_item));
+  // longer prefixes first would balance better but the order must not matter for
+  // results, and with dynamic scheduling it does not. An item takes adjacent kv heads,
+  // whose rows of a slot are one stretch of memory, while leaving each thread two items
+  // of a decode step.
+  const int32_t per_item = std::max(1, s.num_kv_heads / (2 * num_threads()));
+  const int32_t head_items = (s.num_kv_heads + per_item - 1) / per_item;
   std::vector<int64_t> first;  // first item of each window
   int64_t total = 0;
   for (const AttentionWindow& w : windows) {
     first.push_back(total);
-    total += int64_t{w.n} * s.num_kv_heads;
+    total += int64_t{(w.n + kTokenBlock - 1) / kTokenBlock} * head_items;
   }
   // Items are claimed one at a time (their costs differ with position); which thread
   // computes an item cannot change its result.
@@ -195,8 +339,10 @@ void attention(const AttentionShape& s, std::span<const AttentionWindow> windows
       const size_t wi =
           static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin()) - 1;
       const int64_t local = item - first[wi];
-      attend(s, windows[wi], static_cast<int32_t>(local / s.num_kv_heads),
-             static_cast<int32_t>(local % s.num_kv_heads), scratch);
+      const auto i0 = static_cast<int32_t>(local / head_items) * kTokenBlock;
+      const auto g0 = static_cast<int32_t>(local % head_items) * per_item;
+      attend(s, windows[wi], i0, std::min(i0 + kTokenBlock, windows[wi].n), g0, std::min(g0 + per_item, s.num_kv_heads),
+             scratch);
     }
   });
 }

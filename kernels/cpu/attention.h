@@ -43,7 +43,7 @@ struct AttentionWindow {
   int64_t ld_out;
 };
 
-/// Runs every window of a batch (parallel over tokens x kv-heads).
+/// Runs every window of a batch (parallel over blocks of up to 8 tokens x kv-heads).
 ///
 /// Batch invariant: the output of the token at position p depends only on its query and
 /// keys/values [0, p], in that order: scores are 8-lane FMA chains over head_dim, the
