@@ -228,16 +228,21 @@ void attend_tokens(const AttentionShape& s, const AttentionWindow& w, int32_t i0
   float* inv_sum = acc + static_cast<size_t>(rows) * HD;
   auto row = [&](int32_t t, int32_t h) { return static_cast<size_t>((t - i0) * heads + h); };
   auto keys_of = [&](int32_t t) { return w.prefix.length + t + 1; };
-  // Calls fn.template operator()<R>(t, h, off) for token t's query heads h (relative to
-  // the item's first) in pairs of one kv head, whose rows are `off` floats past the
-  // item's first kv head's.
-  auto each_pair = [&](int32_t t, auto&& fn) {
-    for (int32_t g = g0; g < g1; ++g) {
-      const int32_t h0 = (g - g0) * group;
-      const auto off = static_cast<int64_t>(g - g0) * HD;
-      int32_t h = 0;
-      for (; h + 2 <= group; h += 2) fn.template operator()<2>(t, h0 + h, off);
-      if (h < group) fn.template operator()<1>(t, h0 + h, off);
+  // Calls fn.template operator()<R>(t, h, off, visible) for every token t that sees
+  // keys of block b (`visible` of them), over its query heads h (relative to the item's
+  // first) in pairs of one kv head, whose rows are `off` floats past the item's first
+  // kv head's.
+  auto each_pair = [&](const KeyBlock& b, auto&& fn) {
+    for (int32_t t = i0; t < i1; ++t) {
+      const int32_t visible = std::min(b.count, keys_of(t) - b.first);
+      if (visible <= 0) continue;
+      for (int32_t g = g0; g < g1; ++g) {
+        const int32_t h0 = (g - g0) * group;
+        const auto off = static_cast<int64_t>(g - g0) * HD;
+        int32_t h = 0;
+        for (; h + 2 <= group; h += 2) fn.template operator()<2>(t, h0 + h, off, visible);
+        if (h < group) fn.template operator()<1>(t, h0 + h, off, visible);
+      }
     }
   };
 
@@ -246,38 +251,30 @@ void attend_tokens(const AttentionShape& s, const AttentionWindow& w, int32_t i0
   // no arithmetic.
   const bool prefetch = w.n <= kTokenBlock;
   for_each_key_block<HD>(w, g0, g1 - g0, i1 - 1, prefetch, [&](const KeyBlock& b) {
-    for (int32_t t = i0; t < i1; ++t) {
-      const int32_t visible = std::min(b.count, keys_of(t) - b.first);
-      if (visible <= 0) continue;
-      each_pair(t, [&]<int R>(int32_t tt, int32_t h, int64_t off) {
-        const float* q[R];
-        float* out[R];
-        for (int r = 0; r < R; ++r) {
-          q[r] = w.q + tt * w.ld_q + (int64_t{g0} * group + h + r) * HD;
-          out[r] = scores + row(tt, h + r) * ld + b.first;
-        }
-        score_rows<HD, R>(q, b, off, visible, s.scale, out);
-      });
-    }
+    each_pair(b, [&]<int R>(int32_t t, int32_t h, int64_t off, int32_t visible) {
+      const float* q[R];
+      float* out[R];
+      for (int r = 0; r < R; ++r) {
+        q[r] = w.q + t * w.ld_q + (int64_t{g0} * group + h + r) * HD;
+        out[r] = scores + row(t, h + r) * ld + b.first;
+      }
+      score_rows<HD, R>(q, b, off, visible, s.scale, out);
+    });
   });
   for (int32_t t = i0; t < i1; ++t)
     for (int32_t h = 0; h < heads; ++h)
       inv_sum[row(t, h)] = 1.0f / softmax_numerators(scores + row(t, h) * ld, keys_of(t));
 
   for_each_key_block<HD>(w, g0, g1 - g0, i1 - 1, false, [&](const KeyBlock& b) {
-    for (int32_t t = i0; t < i1; ++t) {
-      const int32_t visible = std::min(b.count, keys_of(t) - b.first);
-      if (visible <= 0) continue;
-      each_pair(t, [&]<int R>(int32_t tt, int32_t h, int64_t off) {
-        const float* p[R];
-        float* a[R];
-        for (int r = 0; r < R; ++r) {
-          p[r] = scores + row(tt, h + r) * ld + b.first;
-          a[r] = acc + row(tt, h + r) * HD;
-        }
-        value_rows<HD, R>(p, b, off, visible, a);
-      });
-    }
+    each_pair(b, [&]<int R>(int32_t t, int32_t h, int64_t off, int32_t visible) {
+      const float* p[R];
+      float* a[R];
+      for (int r = 0; r < R; ++r) {
+        p[r] = scores + row(t, h + r) * ld + b.first;
+        a[r] = acc + row(t, h + r) * HD;
+      }
+      value_rows<HD, R>(p, b, off, visible, a);
+    });
   });
   for (int32_t t = i0; t < i1; ++t)
     for (int32_t h = 0; h < heads; ++h) {
