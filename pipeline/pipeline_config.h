@@ -124,6 +124,9 @@ struct ServerConfig {
   /// HTTP gateway); otherwise such a bind is refused.
   bool allow_insecure = false;
   int32_t shutdown_grace_ms = 5000;     ///< SIGINT/SIGTERM: time in-flight requests get to finish
+  /// ZeroMQ: a connection that answers none of the server's heartbeats (sent every fifth
+  /// of this) for this long is dropped and its requests cancelled.
+  int32_t heartbeat_timeout_ms = 5000;
   /// The OpenAI-style HTTP gateway's bind address, "HOST:PORT" (port 0 picks a free one);
   /// empty: no gateway (docs/HTTP.md).
   std::string http;

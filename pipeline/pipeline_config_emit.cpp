@@ -116,6 +116,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   server.put("max_inflight", c.server.max_inflight);
   server.put("max_inflight_per_client", c.server.max_inflight_per_client);
   server.put("shutdown_grace_ms", c.server.shutdown_grace_ms);
+  server.put("heartbeat_timeout_ms", c.server.heartbeat_timeout_ms);
   if (!c.server.http.empty()) server.put("http", c.server.http);  // absent = off (an empty string is refused)
   server.put("http_timeout_ms", c.server.http_timeout_ms);
   if (c.server.curve.enabled()) {  // absent = off

@@ -248,7 +248,8 @@ void read_curve(const Section& server, const YAML::Node& root, CurveConfig& c,
 void read_server(const Section& top, const YAML::Node& root, ServerConfig& c,
                  const std::optional<fs::path>& config_dir) {
   const Section s = top.child("server", {"endpoint", "max_message_bytes", "max_inflight", "max_inflight_per_client",
-                                         "shutdown_grace_ms", "http", "http_timeout_ms", "curve", "allow_insecure"});
+                                         "shutdown_grace_ms", "heartbeat_timeout_ms", "http", "http_timeout_ms", "curve",
+                                         "allow_insecure"});
   s.read("endpoint", c.endpoint);
   bool known_transport = false;
   for (const std::string_view scheme : {"tcp://", "ipc://", "inproc://"})
@@ -260,6 +261,7 @@ void read_server(const Section& top, const YAML::Node& root, ServerConfig& c,
   s.read("max_inflight", c.max_inflight, IntRange{1, kMillion});
   s.read("max_inflight_per_client", c.max_inflight_per_client, IntRange{1, kMillion});
   s.read("shutdown_grace_ms", c.shutdown_grace_ms, IntRange{0, 600'000});
+  s.read("heartbeat_timeout_ms", c.heartbeat_timeout_ms, IntRange{100, 600'000});
   s.read("http", c.http);
   if (!c.http.empty() && !is_http_bind_address(c.http))
     s.fail("http", fmt::format("\"{}\" is not HOST:PORT (e.g. 127.0.0.1:8000; port 0 picks a free one)", c.http));

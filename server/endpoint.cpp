@@ -22,6 +22,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// The kernel's send buffer of each connection (SO_SNDBUF; Linux doubles it). ZeroMQ's
+/// heartbeats travel in line with the replies, so a PING reaches a client only after
+/// everything the kernel holds ahead of it. Left to autotuning, that buffer grew to 4 MB on
+/// loopback, 2 MB of it unsent: a live client reading a backlog at under ~0.4 MB/s answered
+/// no PING within the 5 s timeout and was dropped as dead, with its replies (the
+/// slow-reader test's stall under ASan, stop 31). At 64 KB a client that reads ~30 KB a
+/// second stays connected; what does not fit waits in the endpoint's backlog instead.
+/// Throughput is one buffer per round trip: ~2.6 MB/s at 50 ms, far above a token stream.
+constexpr int kSendBufferBytes = 64 * 1024;
+
 /// The ZAP handler that admits `curve.allowed_clients`, after checking this libzmq can do
 /// CURVE; made before the ROUTER socket binds.
 std::unique_ptr<ZapHandler> make_zap_handler(zmq::context_t& context, const CurveConfig& curve) {
@@ -86,8 +96,9 @@ struct Endpoint::Impl {
     }
     socket.set(zmq::sockopt::router_mandatory, 1);  // sends to a vanished peer fail: we cancel
     socket.set(zmq::sockopt::linger, 0);
-    socket.set(zmq::sockopt::heartbeat_ivl, 1000);
-    socket.set(zmq::sockopt::heartbeat_timeout, 5000);
+    socket.set(zmq::sockopt::heartbeat_ivl, std::max(1, c.server.heartbeat_timeout_ms / 5));
+    socket.set(zmq::sockopt::heartbeat_timeout, c.server.heartbeat_timeout_ms);
+    socket.set(zmq::sockopt::sndbuf, kSendBufferBytes);  // before bind: accepted connections take it
     // A hard cap far above the protocol limit: beyond it ZeroMQ drops the connection
     // before buffering the message at all; below it we answer too_large.
     socket.set(zmq::sockopt::maxmsgsize, std::max<int64_t>(c.server.max_message_bytes * 16, 1 << 20));

@@ -106,6 +106,8 @@ const BadConfig kBadConfigs[] = {
   {"MessageBytesTooSmall", "server: {max_message_bytes: 255}", "server.max_message_bytes",
    "out of range [256, 1073741824]"},
   {"GraceTooLong", "server: {shutdown_grace_ms: 600001}", "server.shutdown_grace_ms", "out of range [0, 600000]"},
+  {"HeartbeatTooShort", "server: {heartbeat_timeout_ms: 99}", "server.heartbeat_timeout_ms",
+   "out of range [100, 600000]"},
   {"ActorThreadsTooMany", "scheduler: {actor_threads: 65}", "scheduler.actor_threads", "out of range [1, 64]"},
   {"MicroBatchesZero", "scheduler: {micro_batches: 0}", "scheduler.micro_batches", "out of range [1, 16]"},
   {"PrefillChunkTooLarge", "scheduler: {prefill_chunk: 65537}", "scheduler.prefill_chunk", "out of range"},

@@ -61,7 +61,7 @@ slots:
   acceptance: {type: standard}
 scheduler: {max_batch: 8, max_queue: 100, prefill_chunk: 64, actor_threads: 2, micro_batches: 3}
 server: {endpoint: "ipc:///tmp/specpipe.sock", max_message_bytes: 4096, max_inflight: 10, shutdown_grace_ms: 0,
-         http: "127.0.0.1:0", http_timeout_ms: 2500}
+         heartbeat_timeout_ms: 700, http: "127.0.0.1:0", http_timeout_ms: 2500}
 defaults: {max_tokens: 0, temperature: 1.5, top_k: 40, top_p: 0.5, stop_at_eos: false}
 logging: {level: debug}
 )",
@@ -92,6 +92,7 @@ logging: {level: debug}
   EXPECT_EQ(c.server.max_message_bytes, 4096);
   EXPECT_EQ(c.server.max_inflight, 10);
   EXPECT_EQ(c.server.shutdown_grace_ms, 0);
+  EXPECT_EQ(c.server.heartbeat_timeout_ms, 700);
   EXPECT_EQ(c.server.http, "127.0.0.1:0");
   EXPECT_EQ(c.server.http_timeout_ms, 2500);
   EXPECT_EQ(c.defaults.max_tokens, 0);
