@@ -138,6 +138,8 @@ struct RoundItem {
   /// A full round that re-selects the retrieved blocks from its queries (budget says
   /// which blocks may be retrieved).
   bool refresh = false;
+  /// A refresh that selects by the round's attention mass (where the forward gives it).
+  bool refresh_by_mass = false;
   ViewBudget budget;
   /// Tokens of the sequence's KV (after any rewind) last checked by a full verification.
   int32_t verified = 0;
@@ -248,6 +250,12 @@ struct RetrievalQuery {
   /// Reduced on the device instead: the forward's handle (QueryTap::on_device_sums) for
   /// the target's DeviceRetrieval; -1: none.
   int32_t device_sums = -1;
+  /// Retrieval by attention mass was asked for (ViewDecision::by_mass).
+  bool by_mass = false;
+  /// By mass and the forward gave it: per layer, each prefix block's softmax mass for the
+  /// window's rows (block_mass_scores); the blocks are chosen by it instead of by the
+  /// query sums. Empty: by the query sums (Quest), the fallback.
+  std::vector<std::vector<float>> mass{};
 };
 /// verifier -> retrieval.
 struct RetrievalWork { std::vector<RetrievalQuery> queries; };
@@ -258,6 +266,7 @@ struct RetrievalAnswer {
   /// for reading); the sequence keeps its previous selection.
   bool selected = false;
   std::vector<std::vector<int32_t>> blocks;  ///< [layers]: block indices, ascending
+  bool by_mass = false;                      ///< selected by attention mass (else by the query sums)
   std::string error;                         ///< non-empty: the refresh failed (the item fails)
 };
 struct RetrievalDone { std::vector<RetrievalAnswer> answers; };  ///< retrieval -> verifier

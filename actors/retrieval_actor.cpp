@@ -40,15 +40,24 @@ RetrievalAnswer refresh(RetrievalState& st, const RetrievalQuery& q) {
   if (index.summarised_blocks(q.seq) < std::min(kv.host_blocks(q.seq), verified / B) && st.deps.target &&
       !st.deps.target->land_host_copies(kv))
     return a;
+  // By attention mass: the forward summed each prefix block's softmax mass, every layer
+  // (the summaries are still kept up to date, for a later refresh without it).
+  const bool by_mass = static_cast<int32_t>(q.mass.size()) == layers;
   if (index.on_device()) {
     // Summaries, scores and top-k on the device: only the chosen blocks come back.
     index.update_on_device(kv, q.seq, verified);
-    index.select_on_device(q.seq, q.device_sums, q.k, q.first, q.last);
-  } else {
+    if (!by_mass) index.select_on_device(q.seq, q.device_sums, q.k, q.first, q.last);
+  } else if (!by_mass) {
     index.update(kv, q.seq, verified, st.summariser);
     for (int32_t layer = 0; layer < layers; ++layer)
       index.select(q.seq, layer, q.layers[static_cast<size_t>(layer)], q.k, q.first, q.last);
+  } else {
+    index.update(kv, q.seq, verified, st.summariser);
   }
+  if (by_mass)
+    for (int32_t layer = 0; layer < layers; ++layer)
+      index.select_by_mass(q.seq, layer, q.mass[static_cast<size_t>(layer)], q.k, q.first, q.last);
+  a.by_mass = by_mass;
   index.mark_ready(q.seq);
   a.selected = true;
   a.blocks.resize(static_cast<size_t>(layers));
@@ -81,6 +90,8 @@ retrieval_actor::behavior_type retrieval(retrieval_actor::pointer /*self*/, Retr
           try {
             done.answers.push_back(refresh(*st, q));
             (done.answers.back().selected ? s.sequences : s.unselected).fetch_add(1);
+            if (done.answers.back().by_mass) s.by_mass.fetch_add(1);
+            else if (q.by_mass && done.answers.back().selected) s.mass_fallbacks.fetch_add(1);
             if (done.answers.back().selected && st->index->on_device()) s.on_device.fetch_add(1);
           } catch (const std::exception& e) {
             RetrievalAnswer a;
@@ -101,7 +112,9 @@ nlohmann::json retrieval_actor_metrics(const RetrievalActorStats& s) {
           {"sequences", s.sequences.load()},
           {"unselected", s.unselected.load()},
           {"on_device", s.on_device.load()},
-          {"failures", s.failures.load()}};
+          {"failures", s.failures.load()},
+          {"by_mass", s.by_mass.load()},
+          {"mass_fallbacks", s.mass_fallbacks.load()}};
 }
 
 }  // namespace specpipe::actors

@@ -36,6 +36,10 @@ struct RetrievalActorStats {
   std::atomic<int64_t> unselected{0}; ///< sequences left with their previous selection
   std::atomic<int64_t> on_device{0};  ///< of `sequences`: selected on the device (DeviceRetrieval)
   std::atomic<int64_t> failures{0};   ///< sequences whose refresh failed (their item failed)
+  std::atomic<int64_t> by_mass{0};    ///< of `sequences`: selected by the round's attention mass
+  /// Of `sequences`: by mass was asked for, the forward gave none (a backend without it,
+  /// the CUDA forward for now): selected by the query sums (Quest) instead.
+  std::atomic<int64_t> mass_fallbacks{0};
 };
 
 struct RetrievalDeps {

@@ -402,6 +402,7 @@ class Scheduler : public scheduler_actor::base {
       item.partial = partial;
       item.final_verdicts = partial && d.final_verdicts;
       item.refresh = !partial && refresh;
+      item.refresh_by_mass = item.refresh && d.by_mass;
       item.budget = d.budget;
       if (!partial) fill_full_round(r.view, item);
       item.verified = r.view.verified;

@@ -37,6 +37,11 @@ class QuerySumsTap final : public QueryTap {
     query_.device_sums = handle;
     query_.layers.clear();
   }
+  bool wants_block_mass() const override { return query_.by_mass; }
+  void on_block_mass(int32_t layer, const float* mass, int32_t n, int32_t kv_heads, int32_t blocks) override {
+    query_.mass.resize(static_cast<size_t>(shape_.num_layers));
+    query_.mass.at(static_cast<size_t>(layer)) = block_mass_scores(mass, n, kv_heads, blocks);
+  }
   RetrievalQuery take() { return std::move(query_); }
 
  private:
@@ -142,7 +147,8 @@ void prepare_view(VerifierState& st, RoundItem& it, ForwardWindow& w, size_t i) 
     const ModelConfig& c = st.deps.target->config();
     st.taps[i] = std::make_unique<QuerySumsTap>(
         SummaryShape{c.num_layers, c.num_kv_heads, c.head_dim, B}, c.num_heads,
-        RetrievalQuery{it.seq, std::min(it.verified, length), it.budget.retrieval_blocks, first, last, {}},
+        RetrievalQuery{it.seq, std::min(it.verified, length), it.budget.retrieval_blocks, first, last, {}, -1,
+                       it.refresh_by_mass, {}},
         st.device_sums);
     w.query_tap = st.taps[i].get();
   }

@@ -88,6 +88,7 @@ struct RunResult {
   SpecStats stats;             // summed over prompts
   std::vector<std::vector<int32_t>> outputs;
   nlohmann::json offload;      // with offload: the engine's counters over every run of the row (warm-up included)
+  nlohmann::json retrieval;    // with a verify_view plugin: the retrieval actor's counters (warm-up included)
 };
 
 RunResult run_config(actors::Engine& engine, const std::vector<Prompt>& prompts, int32_t gamma) {
@@ -169,6 +170,8 @@ int run_bench(const BenchOptions& o) {
     warm_up(engine, prompts, gamma, o.warmup_tokens);
     RunResult r = median_run(engine, prompts, gamma, o.repeat);
     if (cfg.offload.enable) r.offload = engine.strategy_metrics()["offload"];
+    if (const nlohmann::json m = engine.strategy_metrics(); m.contains("verify_view") && m["verify_view"].contains("retrieval"))
+      r.retrieval = m["verify_view"]["retrieval"];
     const SpecStats& s = r.stats;
     const double per_round = (s.draft_ms + s.verify_ms) / static_cast<double>(s.rounds);
     const double predicted = s.tokens_per_step() * t_step / per_round;
@@ -218,6 +221,7 @@ int run_bench(const BenchOptions& o) {
                    {"drafted_ahead", s.drafted_ahead},
                    {"identical_to_plain", r.identical}});
     if (!r.run.offload.is_null()) out.back()["offload"] = r.run.offload;
+    if (!r.run.retrieval.is_null()) out.back()["retrieval"] = r.run.retrieval;
     if (s.view.partial_rounds() > 0) out.back()["verify_view"] = view_stats_json(s.view);
   }
   for (const Row& r : rows)

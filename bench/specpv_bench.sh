@@ -8,6 +8,8 @@
 #   bench/specpv_bench.sh [build dir] [out dir]
 # Budget split: sink 1/16, retrieval 1/2, window 1/4, buffer 3/16 of the total;
 # refresh_interval 4 (a full round after every 4 partial ones).
+# RETRIEVAL_BY=quest|attention_mass picks the plugin's retrieval (unset: its default; the
+# rows are then named specpv-<budget>-<mode>-<retrieval_by>), MODES="exact" limits the modes.
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-/tmp/specpv-bench}
@@ -32,13 +34,14 @@ if [[ -z "${SKIP_BASELINE:-}" ]]; then  # SKIP_BASELINE=1: the SpecPV rows only
   run plain "version: 1" --no-spec
   run full "version: 1"
 fi
+by=${RETRIEVAL_BY:+, retrieval_by: $RETRIEVAL_BY}
 for budget in 256 512 1024; do
-  for mode in exact approximate; do
-    run "specpv-$budget-$mode" "version: 1
+  for mode in ${MODES:-exact approximate}; do
+    run "specpv-$budget-$mode${RETRIEVAL_BY:+-$RETRIEVAL_BY}" "version: 1
 plugins:
   specpv:
     path: $PLUGIN
-    config: {mode: $mode, sink: $((budget / 16)), retrieval: $((budget / 2)), window: $((budget / 4)), buffer: $((budget * 3 / 16)), refresh_interval: 4}
+    config: {mode: $mode, sink: $((budget / 16)), retrieval: $((budget / 2)), window: $((budget / 4)), buffer: $((budget * 3 / 16)), refresh_interval: 4$by}
 slots:
   verify_view:
     type: specpv"

@@ -19,7 +19,10 @@
 // tokens before the length it rewound to, while the next views' recent region starts
 // `window` tokens before the later length, so the blocks between are in no view; here they
 // are added); and an oracle that picks the blocks by their true attention mass for the
-// refresh's queries (selection vs budget). A view of every block is checked to give the
+// refresh's queries (selection vs budget), computed here in double over the prefix at the
+// refresh's position; "mass" is what the engine's retrieval by attention mass picks: the
+// refresh forward's own attention (cpu::AttentionWindow::block_mass, the window's rows
+// over the rewound prefix), summed per block. A view of every block is checked to give the
 // full forward's logits bit for bit (no numerics difference in the partial path).
 //
 // Every K/V here is the full path's: the engine's partial rounds also compute their
@@ -27,7 +30,7 @@
 //
 // Usage: specpv_probe [--model demo-target] [--prompts bench/prompts/long.jsonl]
 //          [--index 0] [--tokens 64] [--budgets 256,512,1024,2048] [--interval 16]
-//          [--gamma 4] [--json F]
+//          [--gamma 4] [--picks quest,gap-closed,kv-heads,heads,oracle,mass] [--json F]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -50,20 +53,29 @@ namespace {
 
 using nlohmann::json;
 
-/// Every layer's query rows of one forward.
+/// Every layer's query rows of one forward, and with `mass` the engine's block masses
+/// (the forward's own attention, as a refresh by attention mass gets them).
 struct RowsTap final : QueryTap {
-  std::vector<std::vector<float>> q;  // [layer]: n * ld floats
+  std::vector<std::vector<float>> q;     // [layer]: n * ld floats
+  std::vector<std::vector<float>> mass;  // [layer]: block_mass_scores
   int64_t ld = 0;
   int32_t n = 0;
-  explicit RowsTap(int32_t layers) : q(static_cast<size_t>(layers)) {}
+  bool want_mass = false;
+  explicit RowsTap(int32_t layers, bool with_mass = false)
+      : q(static_cast<size_t>(layers)), mass(static_cast<size_t>(layers)), want_mass(with_mass) {}
   void on_queries(int32_t layer, const float* rows, int32_t rows_n, int64_t rows_ld) override {
     ld = rows_ld;
     n = rows_n;
     q[static_cast<size_t>(layer)].assign(rows, rows + rows_n * rows_ld);
   }
+  bool wants_block_mass() const override { return want_mass; }
+  void on_block_mass(int32_t layer, const float* m, int32_t rows, int32_t kv_heads, int32_t blocks) override {
+    mass[static_cast<size_t>(layer)] = block_mass_scores(m, rows, kv_heads, blocks);
+  }
 };
 
-enum class Pick { quest, quest_gap_closed, quest_kv_heads, quest_heads, oracle };
+enum class Pick { quest, quest_gap_closed, quest_kv_heads, quest_heads, oracle, mass };
+const char* const kPickNames[] = {"quest", "gap-closed", "kv-heads", "heads", "oracle", "mass"};
 
 struct Probe {
   std::string name;
@@ -136,7 +148,8 @@ std::vector<int32_t> top_by(std::vector<double> mass, int32_t k, int32_t first, 
 }
 
 int run(const std::string& model_arg, const std::string& prompts_path, int32_t index, int32_t tokens,
-        const std::vector<int32_t>& budgets, int32_t interval, int32_t gamma, const std::string& json_out) {
+        const std::vector<int32_t>& budgets, const std::vector<std::string>& picks, int32_t interval, int32_t gamma,
+        const std::string& json_out) {
   std::vector<int32_t> prompt;
   {
     std::ifstream in(prompts_path);
@@ -175,15 +188,14 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
 
   std::vector<Probe> probes;
   for (int32_t b : budgets)
-    for (Pick pick : {Pick::quest, Pick::quest_gap_closed, Pick::quest_kv_heads, Pick::quest_heads, Pick::oracle}) {
+    for (Pick pick : {Pick::quest, Pick::quest_gap_closed, Pick::quest_kv_heads, Pick::quest_heads, Pick::oracle,
+                      Pick::mass}) {
+      const char* name = kPickNames[static_cast<int>(pick)];
+      if (std::find(picks.begin(), picks.end(), name) == picks.end()) continue;
       Probe p;
       p.budget = b;
       p.pick = pick;
-      p.name = fmt::format("{} {}", b, pick == Pick::quest              ? "quest"
-                                       : pick == Pick::quest_gap_closed ? "gap-closed"
-                                       : pick == Pick::quest_kv_heads   ? "kv-heads"
-                                       : pick == Pick::quest_heads      ? "heads"
-                                                                        : "oracle");
+      p.name = fmt::format("{} {}", b, name);
       p.view = {b / 16, b / 32, b / 4, b * 3 / 16};
       p.missed.assign(static_cast<size_t>(L), 0.0);
       p.flips.assign(static_cast<size_t>(L), 0);
@@ -245,14 +257,15 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
       // The full round: rewind to the previous refresh, recompute up to pos, pending, drafts.
       const int32_t from = last_refresh < 0 ? pos : last_refresh;
       kv.truncate(seq, from);
-      RowsTap tap(L);
+      RowsTap tap(L, true);
       const std::span<const int32_t> window(S.data() + from, static_cast<size_t>(pos - from + 1 + gamma));
       forward(window, nullptr, &tap, LogitsMode::none);
       kv.commit(seq, window.first(static_cast<size_t>(pos - from)));
       summarise_below(pos);
       // The oracle's block masses: the refresh rows' attention over the prefix, per layer.
       std::vector<std::vector<double>> mass(static_cast<size_t>(L), std::vector<double>(static_cast<size_t>(summaries.blocks()), 0.0));
-      for (int32_t l = 0; l < L; ++l)
+      const bool oracle = std::any_of(probes.begin(), probes.end(), [](const Probe& p) { return p.pick == Pick::oracle; });
+      for (int32_t l = 0; l < L && oracle; ++l)
         for (int32_t i = 0; i < tap.n; ++i) {
           attention_weights(c, kv, seq, l, tap.q[static_cast<size_t>(l)].data() + i * tap.ld, pos, false, w);
           for (int32_t t = 0; t < summaries.blocks() * B; ++t)
@@ -266,6 +279,13 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
         for (int32_t l = 0; l < L; ++l) {
           if (p.pick == Pick::oracle) {
             p.retrieved[static_cast<size_t>(l)] = top_by(mass[static_cast<size_t>(l)], p.view.retrieval_blocks, first, p.candidates_end);
+            continue;
+          }
+          if (p.pick == Pick::mass) {  // the engine's: the refresh window's own attention (from the rewound prefix)
+            const std::vector<float>& bm = tap.mass[static_cast<size_t>(l)];
+            p.retrieved[static_cast<size_t>(l)] = top_blocks(
+                std::span<const float>(bm).first(static_cast<size_t>(std::min<int32_t>(p.candidates_end, static_cast<int32_t>(bm.size())))),
+                p.view.retrieval_blocks, first);
             continue;
           }
           if (p.pick == Pick::quest_kv_heads || p.pick == Pick::quest_heads) {
@@ -388,17 +408,20 @@ int main(int argc, char** argv) {
   std::string model = "demo-target", prompts = "bench/prompts/long.jsonl", json_out;
   int32_t index = 0, tokens = 64, interval = 16, gamma = 4;
   std::vector<int32_t> budgets{256, 512, 1024, 2048};
+  std::vector<std::string> picks{"quest", "gap-closed", "kv-heads", "heads", "oracle", "mass"};
   app.add_option("--model", model, "checkpoint directory or name under models/")->capture_default_str();
   app.add_option("--prompts", prompts, "JSONL of {prompt_ids}")->capture_default_str();
   app.add_option("--index", index, "which line")->capture_default_str();
   app.add_option("--tokens", tokens, "positions of the continuation probed")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--budgets", budgets, "view budgets (split as bench/specpv_bench.sh)")->delimiter(',')->capture_default_str();
+  app.add_option("--picks", picks, "block choices probed: quest, gap-closed, kv-heads, heads, oracle, mass")
+      ->delimiter(',')->capture_default_str();
   app.add_option("--interval", interval, "tokens between refreshes")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--gamma", gamma, "drafts in a refresh window")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--json", json_out, "write the JSON report here");
   CLI11_PARSE(app, argc, argv);
   try {
-    return specpipe::run(model, prompts, index, tokens, budgets, interval, gamma, json_out);
+    return specpipe::run(model, prompts, index, tokens, budgets, picks, interval, gamma, json_out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "specpv_probe: %s\n", e.what());
     return 2;

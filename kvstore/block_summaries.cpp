@@ -86,6 +86,13 @@ void BlockSummaries::score(int32_t layer, const QuerySums& sums, std::span<float
   }
 }
 
+std::vector<float> block_mass_scores(const float* mass, int32_t n, int32_t kv_heads, int32_t blocks) {
+  std::vector<double> sum(static_cast<size_t>(std::max(0, blocks)), 0.0);
+  for (int64_t r = 0; r < int64_t{n} * kv_heads; ++r)
+    for (int32_t b = 0; b < blocks; ++b) sum[static_cast<size_t>(b)] += mass[r * blocks + b];
+  return {sum.begin(), sum.end()};
+}
+
 std::vector<int32_t> top_blocks(std::span<const float> scores, int32_t k, int32_t first) {
   std::vector<int32_t> idx;
   for (auto b = static_cast<int32_t>(std::max(0, first)); b < static_cast<int32_t>(scores.size()); ++b) idx.push_back(b);

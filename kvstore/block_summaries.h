@@ -68,6 +68,12 @@ class BlockSummaries {
   std::vector<std::vector<float>> max_, min_;  // per layer: [blocks, kv_dim]
 };
 
+/// SpecPV retrieval by attention mass: one layer's per-block softmax mass of a window's
+/// attention (cpu::AttentionWindow::block_mass: [n, kv_heads, blocks], row i and KV head g
+/// at (i * kv_heads + g) * blocks) summed over the rows and KV heads, in that order, in
+/// double, rounded to float once: a block's score for top_blocks.
+std::vector<float> block_mass_scores(const float* mass, int32_t n, int32_t kv_heads, int32_t blocks);
+
 /// The `k` highest-scoring blocks in [first, scores.size()) (fewer if there are fewer),
 /// ascending by index; ties go to the earlier block, so the choice is deterministic.
 std::vector<int32_t> top_blocks(std::span<const float> scores, int32_t k, int32_t first = 0);

@@ -153,6 +153,13 @@ void RetrievalIndex::select(SeqId seq, int32_t layer, const QuerySums& sums, int
   if (layer == 0) ++refreshes_;
 }
 
+void RetrievalIndex::select_by_mass(SeqId seq, int32_t layer, std::span<const float> mass, int32_t k, int32_t first,
+                                    int32_t last) {
+  const auto blocks = static_cast<size_t>(std::clamp<int64_t>(last, 0, static_cast<int64_t>(mass.size())));
+  entry(seq).selected.at(static_cast<size_t>(layer)) = top_blocks(mass.first(blocks), k, first);
+  if (layer == 0) ++refreshes_;
+}
+
 void RetrievalIndex::forget(SeqId seq) {
   if (seqs_.erase(seq) > 0 && device_) device_->forget(seq);
 }

@@ -70,6 +70,10 @@ class RetrievalIndex {
               int32_t first, int32_t last);
   /// The same from the queries' sums (QuerySums::of): the same scores, bit for bit.
   void select(SeqId seq, int32_t layer, const QuerySums& sums, int32_t k, int32_t first, int32_t last);
+  /// Re-selects `seq`'s retrieved blocks of `layer` by attention mass instead: the top `k`
+  /// of blocks [first, last) by `mass` (block_mass_scores of the refresh window's
+  /// attention over its whole prefix; blocks past its end are not candidates).
+  void select_by_mass(SeqId seq, int32_t layer, std::span<const float> mass, int32_t k, int32_t first, int32_t last);
   /// Device mode (a DeviceRetrieval given): the same as update, the summaries kept on the
   /// device: pool blocks summarised there (DeviceRetrieval::summarise), host-tier blocks
   /// on the host from the tier and uploaded (the tier's memory must be current, as for

@@ -51,6 +51,15 @@ class QueryTap {
   /// on_queries not at all. Other backends call on_queries as ever.
   virtual bool wants_device_sums() const { return false; }
   virtual void on_device_sums(int32_t /*handle*/) {}
+  /// A tap that returns true here (SpecPV retrieval by attention mass) is also told,
+  /// layer by layer after the window's attention over its whole prefix, how much
+  /// softmax mass each prefix block got: mass[(i * kv_heads + g) * blocks + b] for row i
+  /// and KV head g, summed over the group's query heads (cpu::AttentionWindow::
+  /// block_mass). A backend that cannot compute it (the CUDA forward, for now) never
+  /// calls on_block_mass; nor does any backend for a window with a partial view.
+  virtual bool wants_block_mass() const { return false; }
+  virtual void on_block_mass(int32_t /*layer*/, const float* /*mass*/, int32_t /*n*/, int32_t /*kv_heads*/,
+                             int32_t /*blocks*/) {}
 };
 
 struct ForwardWindow {

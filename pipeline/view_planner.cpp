@@ -12,8 +12,8 @@ namespace {
 std::optional<std::string> check(const specpipe_view_decision& d) {
   auto flag = [](int32_t v) { return v == 0 || v == 1; };
   if (d.view != SPECPIPE_VIEW_FULL && d.view != SPECPIPE_VIEW_PARTIAL) return fmt::format("view {}", d.view);
-  if (!flag(d.refresh) || !flag(d.final_verdicts))
-    return fmt::format("refresh {} / final_verdicts {} (0 or 1)", d.refresh, d.final_verdicts);
+  if ((!flag(d.refresh) && d.refresh != SPECPIPE_REFRESH_BY_MASS) || !flag(d.final_verdicts))
+    return fmt::format("refresh {} (0, 1 or 2) / final_verdicts {} (0 or 1)", d.refresh, d.final_verdicts);
   if (d.view == SPECPIPE_VIEW_FULL && d.refresh == 0) return std::nullopt;  // budgets unused
   if (d.sink_tokens < 0 || d.window_tokens < 0 || d.buffer_tokens < 0)
     return fmt::format("negative budget (sink {}, window {}, buffer {})", d.sink_tokens, d.window_tokens,
@@ -55,7 +55,8 @@ void PluginViewPlanner::decide(std::span<const ViewSequence> sequences, std::spa
       if (!plugin_->disabled()) {
         for (size_t i = 0; i < out.size(); ++i) {
           const specpipe_view_decision& d = out[i];
-          decisions[i] = {d.view == SPECPIPE_VIEW_PARTIAL, d.refresh == 1, d.final_verdicts == 1,
+          decisions[i] = {d.view == SPECPIPE_VIEW_PARTIAL, d.refresh != 0, d.refresh == SPECPIPE_REFRESH_BY_MASS,
+                          d.final_verdicts == 1,
                           {d.sink_tokens, d.retrieval_blocks, d.window_tokens, d.buffer_tokens}};
         }
         return;

@@ -29,6 +29,7 @@ struct ViewSequence {
 struct ViewDecision {
   bool partial = false;
   bool refresh = false;         ///< full rounds: re-select the retrieved blocks
+  bool by_mass = false;         ///< ... by this round's attention mass (refresh 2), else by Quest's bound
   bool final_verdicts = false;  ///< partial rounds: approximate (verdicts are final)
   ViewBudget budget;
 };
@@ -57,7 +58,7 @@ class FullViewPlanner final : public ViewPlanner {
 };
 
 /// A plugin in the slot. A decision the host cannot use (unknown view, a flag not 0 or
-/// 1, negative budgets, a partial view with no retrieval blocks) disables the plugin
+/// 1 - refresh may also be 2 -, negative budgets, a partial view with no retrieval blocks) disables the plugin
 /// (counted): from then on every round verifies fully, so a bad plugin costs speed,
 /// never a wrong token.
 class PluginViewPlanner final : public ViewPlanner {

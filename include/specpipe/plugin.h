@@ -40,8 +40,9 @@ extern "C" {
  *  a struct_size. The host reads a plugin's table up to the plugin's struct_size and
  *  treats later fields as NULL, so a plugin built for an older minor version still
  *  loads. 1.0: kv_write, verify_plan. 1.1: verify_view (table field appended). 1.2:
- *  specpipe_plan_costs.draft_base_ms (appended; read up to the host's struct_size). */
-#define SPECPIPE_PLUGIN_ABI_MINOR_VERSION 2u
+ *  specpipe_plan_costs.draft_base_ms (appended; read up to the host's struct_size). 1.3:
+ *  specpipe_view_decision.refresh may be SPECPIPE_REFRESH_BY_MASS (a 1.2 host refuses it). */
+#define SPECPIPE_PLUGIN_ABI_MINOR_VERSION 3u
 
 #if defined(_WIN32)
 #define SPECPIPE_PLUGIN_EXPORT __declspec(dllexport)
@@ -217,12 +218,16 @@ typedef struct specpipe_view_sequence {
 
 #define SPECPIPE_VIEW_FULL 0
 #define SPECPIPE_VIEW_PARTIAL 1
+#define SPECPIPE_REFRESH_BY_MASS 2
 
 /** The plugin's answer for one sequence. Budgets count tokens, except retrieval_blocks. */
 typedef struct specpipe_view_decision {
   int32_t view;             /* SPECPIPE_VIEW_FULL or SPECPIPE_VIEW_PARTIAL */
   int32_t refresh;          /* full rounds: 1 = re-select the retrieved blocks from this
-                               round's queries */
+                               round's queries (Quest's bound on the block summaries);
+                               SPECPIPE_REFRESH_BY_MASS (2, ABI 1.3) = by the attention
+                               mass this round's full verification gives each block, where
+                               the backend computes it (else as 1) */
   int32_t final_verdicts;   /* partial rounds: 1 = its verdict is final (approximate, not
                                lossless); 0 = provisional until a full pass agrees */
   int32_t sink_tokens;      /* partial: the first tokens, always in view (>= 0) */

@@ -210,6 +210,30 @@ inline float softmax_numerators(float* scores, int32_t len) {
   return simd::hsum(sum);
 }
 
+/// AttentionWindow::block_mass of tokens [i0, i1) and kv heads [g0, g1): per prefix block,
+/// the probabilities of its keys summed over each kv head's query heads (scores: the
+/// rows' softmax numerators, row r at r * ld, in attend_tokens' row order; inv_sum: each
+/// row's inverse sum), in key order.
+void block_mass(const AttentionWindow& w, int32_t kv_heads, int32_t group, int32_t i0, int32_t i1, int32_t g0,
+                int32_t g1, const float* scores, int64_t ld, const float* inv_sum) {
+  const int32_t B = w.prefix.block_size, blocks = (w.prefix.length + B - 1) / B, heads = (g1 - g0) * group;
+  for (int32_t t = i0; t < i1; ++t)
+    for (int32_t g = g0; g < g1; ++g) {
+      float* out = w.block_mass + (int64_t{t} * kv_heads + g) * blocks;
+      for (int32_t b = 0; b < blocks; ++b) {
+        const int32_t end = std::min(w.prefix.length, (b + 1) * B);
+        float m = 0.0f;
+        for (int32_t h = 0; h < group; ++h) {
+          const int64_t r = int64_t{t - i0} * heads + (g - g0) * group + h;
+          float part = 0.0f;
+          for (int32_t j = b * B; j < end; ++j) part += scores[r * ld + j];
+          m += part * inv_sum[r];
+        }
+        out[b] = m;
+      }
+    }
+}
+
 /// Window tokens [i0, i1) (at most kTokenBlock) against their keys, for the query heads
 /// of kv heads [g0, g1): one walk over the keys for the scores, the softmax of each
 /// query row, one walk for the values. The kv heads' rows are adjacent in a slot, so
@@ -268,6 +292,7 @@ void attend_tokens(const AttentionShape& s, const AttentionWindow& w, int32_t i0
   for (int32_t t = i0; t < i1; ++t)
     for (int32_t h = 0; h < heads; ++h)
       inv_sum[row(t, h)] = 1.0f / softmax_numerators(scores + row(t, h) * ld, keys_of(t));
+  if (w.block_mass) block_mass(w, s.num_kv_heads, group, i0, i1, g0, g1, scores, ld, inv_sum);
 
   for_each_key_block<HD>(w, g0, g1 - g0, i1 - 1, false, [&](const KeyBlock& b) {
     each_pair(b, [&]<int R>(int32_t t, int32_t h, int64_t off, int32_t visible) {

@@ -41,6 +41,12 @@ struct AttentionWindow {
   int32_t n;
   float* out;          ///< [n, ld_out]: num_heads * head_dim written
   int64_t ld_out;
+  /// Optional (SpecPV retrieval by attention mass): [n, kv_heads, prefix blocks] written,
+  /// prefix blocks = ceil(prefix.length / block_size): for token i and kv head g, the
+  /// softmax probability its group's query heads give to the keys of prefix block b
+  /// (positions [b * block_size, (b + 1) * block_size)), summed over those heads. The
+  /// window's own keys are in no block. Null: not computed. It changes no bit of `out`.
+  float* block_mass = nullptr;
 };
 
 /// Runs every window of a batch (parallel over blocks of up to 8 tokens x kv-heads).

@@ -27,16 +27,22 @@ SpecpvConfig parse_config(const std::string& json, int32_t block_size) {
   };
   for (const auto& e : j.items()) {
     static const char* const known[] = {"mode", "sink", "retrieval", "window", "buffer", "refresh_interval",
-                                        "adaptive_interval"};
+                                        "adaptive_interval", "retrieval_by"};
     bool ok = false;
     for (const char* k : known) ok |= e.key() == k;
     if (!ok) throw bad("unknown key '" + e.key() + "' (known: mode, sink, retrieval, window, buffer, refresh_interval, "
-                "adaptive_interval)");
+                "adaptive_interval, retrieval_by)");
   }
   if (j.contains("mode")) {
     const auto& m = j.at("mode");
     if (!m.is_string() || (m != "exact" && m != "approximate")) throw bad("mode: must be \"exact\" or \"approximate\"");
     c.approximate = m == "approximate";
+  }
+  if (j.contains("retrieval_by")) {
+    const auto& m = j.at("retrieval_by");
+    if (!m.is_string() || (m != "quest" && m != "attention_mass"))
+      throw bad("retrieval_by: must be \"attention_mass\" or \"quest\"");
+    c.by_mass = m == "attention_mass";
   }
   if (j.contains("adaptive_interval")) {
     if (!j.at("adaptive_interval").is_boolean()) throw bad("adaptive_interval: not true or false");

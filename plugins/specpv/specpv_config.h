@@ -19,6 +19,11 @@ struct SpecpvConfig {
   /// that rolled back (down to 1) and double them after one that did not (up to
   /// refresh_interval): fewer held tokens wasted where the view keeps missing.
   bool adaptive_interval = false;
+  /// How a refresh re-selects the retrieved blocks: by Quest's bound on the block
+  /// summaries (`retrieval_by: quest`, the default) or by the attention mass its full
+  /// verification gives each block (`attention_mass`: better choices on the CPU; on the
+  /// GPU its kernels cost a 130K full round 2.4x for no fewer rollbacks, README).
+  bool by_mass = false;
   int32_t block_size = 16;         ///< from the host's model description
 
   int32_t retrieval_blocks() const { return retrieval_tokens / block_size; }
@@ -28,7 +33,7 @@ struct SpecpvConfig {
 
 /// Parses `json` (an object; unknown keys are errors). Throws std::invalid_argument with
 /// a message naming the key for a config that cannot work: refresh_interval < 1, fewer
-/// retrieval tokens than one block, negative budgets, an unknown mode.
+/// retrieval tokens than one block, negative budgets, an unknown mode or retrieval_by.
 SpecpvConfig parse_config(const std::string& json, int32_t block_size);
 
 }  // namespace specpv

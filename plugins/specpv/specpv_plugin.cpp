@@ -67,7 +67,8 @@ specpipe_status specpv_create(const specpipe_host_api* host, const specpipe_mode
                                std::to_string(c.retrieval_blocks()) + " blocks + window " +
                                std::to_string(c.window_tokens) + " + buffer " + std::to_string(c.buffer_tokens) +
                                " tokens, full verification every " + std::to_string(c.refresh_interval + 1) +
-                               " rounds" + (c.adaptive_interval ? " (sooner after a rollback)" : "");
+                               " rounds" + (c.adaptive_interval ? " (sooner after a rollback)" : "") +
+                               ", retrieval by " + (c.by_mass ? "attention mass" : "Quest's bound");
       host->log(host->host, 1, line.c_str());
     }
     *instance = created.release();

@@ -19,7 +19,7 @@ specpipe_view_decision SpecpvPolicy::decide(const specpipe_view_sequence& s) {
     ++short_context_;
   } else if (!s.retrieval_ready || s.rounds_since_full >= interval || since_full > c_.buffer_tokens) {
     if (s.retrieval_ready && s.rounds_since_full < c_.refresh_interval && since_full <= c_.buffer_tokens) ++early_full_;
-    d.refresh = 1;
+    d.refresh = c_.by_mass ? SPECPIPE_REFRESH_BY_MASS : 1;
     ++full_;
     ++refreshes_;
   } else {
@@ -52,6 +52,7 @@ std::string SpecpvPolicy::metrics_json() const {
   const nlohmann::json j = {
       {"mode", c_.approximate ? "approximate" : "exact"},
       {"lossless", !c_.approximate},
+      {"retrieval_by", c_.by_mass ? "attention_mass" : "quest"},
       {"budget_tokens", c_.budget()},
       {"partial_decisions", partial_},
       {"full_decisions", full_},

@@ -125,5 +125,46 @@ TEST(RetrievalActor, AnswersTheTopBlocksOfEveryLayerFromTheRoundsQuerySums) {
   caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
 }
 
+// Retrieval by attention mass: a refresh whose forward gave each layer's block masses is
+// answered by them (the top k of [first, last), past the masses' end no candidate); one
+// that asked for it and got none (a backend without it) by the query sums, counted.
+TEST(RetrievalActor, ChoosesByTheRoundsAttentionMassWhenTheForwardGaveIt) {
+  auto kv = std::make_shared<KvStore>(KvStoreConfig{.num_layers = kLayers, .num_kv_heads = kKvHeads, .head_dim = kHeadDim,
+                                                    .block_size = kBlock, .num_blocks = 16, .prefix_cache = false});
+  const SeqId a = kv->add_sequence({});
+  kv->reserve(a, 30);
+  for (int32_t p = 0; p < 30; ++p)
+    for (int32_t l = 0; l < kLayers; ++l)
+      for (int32_t i = 0; i < kKvDim; ++i) kv->tensors().k(l)[kv->slot(a, p) * kKvDim + i] = key_at(p, l, i);
+  kv->commit(a, std::vector<int32_t>(30));
+  caf::actor_system_config config;
+  config.set("logger.verbosity", caf::atom("quiet"));
+  caf::actor_system system{config};
+  auto stats = std::make_shared<RetrievalActorStats>();
+  auto actor = system.spawn(retrieval, RetrievalDeps{kv, nullptr, stats});
+  RetrievalWork work;
+  RetrievalQuery by_mass = query_of(a, 30, 2, 1, 7, 2);
+  by_mass.by_mass = true;
+  by_mass.mass = {{.9f, .1f, .5f, .05f, .3f, .2f}, {.0f, .2f, .1f, .4f, .3f, .7f, .9f, .8f}};
+  work.queries.push_back(by_mass);
+  RetrievalQuery none = query_of(a, 30, 2, 1, 6, 2);
+  none.by_mass = true;  // asked, but no masses came
+  work.queries.push_back(none);
+  RetrievalDone done;
+  caf::scoped_actor self{system};
+  self->request(actor, caf::infinite, std::move(work))
+      .receive([&](RetrievalDone& d) { done = std::move(d); }, [&](const caf::error& e) { FAIL() << system.render(e); });
+  ASSERT_EQ(done.answers.size(), 2u);
+  EXPECT_TRUE(done.answers[0].selected && done.answers[0].by_mass) << done.answers[0].error;
+  EXPECT_EQ(done.answers[0].blocks.at(0), (std::vector<int32_t>{2, 4}));  // block 0 is below `first`
+  EXPECT_EQ(done.answers[0].blocks.at(1), (std::vector<int32_t>{5, 6}));  // block 7 is past `last`
+  EXPECT_FALSE(done.answers[1].by_mass);
+  for (int32_t l = 0; l < kLayers; ++l)
+    EXPECT_EQ(done.answers[1].blocks.at(static_cast<size_t>(l)), expected_top(l, 2, 1, 6, 2)) << "layer " << l;
+  EXPECT_EQ(stats->by_mass.load(), 1);
+  EXPECT_EQ(stats->mass_fallbacks.load(), 1);
+  caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+}
+
 }  // namespace
 }  // namespace specpipe::actors

@@ -116,6 +116,51 @@ TEST(Attention, DenseSegmentMatchesAllInPoolBitForBit) {
   }
 }
 
+// SpecPV's retrieval by attention mass: the optional per-block mass is each prefix
+// block's softmax probability summed over the kv head's query heads (checked against a
+// double reference, dense segment included), and asking for it changes no output bit.
+TEST(Attention, BlockMassIsThePrefixBlocksProbabilityAndChangesNoBit) {
+  Fixture f(45, 7);
+  const int32_t group = f.shape.num_heads / f.shape.num_kv_heads, hd = f.shape.head_dim;
+  for (int32_t start : {13, 30, 44}) {
+    for (int32_t dense : {0, 8}) {
+      const int32_t n = f.total - start, blocks = (start + f.block - 1) / f.block;
+      std::vector<float> plain(static_cast<size_t>(n * f.q_dim)), with(plain.size());
+      std::vector<float> mass(static_cast<size_t>(n * f.shape.num_kv_heads * blocks), NAN);
+      AttentionWindow w = f.window(start, n, plain.data());
+      w.prefix.dense_k = f.k.data();
+      w.prefix.dense_v = f.v.data();
+      w.prefix.dense_length = dense;
+      attention(f.shape, {&w, 1});
+      w.out = with.data();
+      w.block_mass = mass.data();
+      attention(f.shape, {&w, 1});
+      ASSERT_EQ(0, std::memcmp(plain.data(), with.data(), plain.size() * 4)) << "start=" << start;
+      for (int32_t i = 0; i < n; ++i)
+        for (int32_t g = 0; g < f.shape.num_kv_heads; ++g) {
+          std::vector<double> want(static_cast<size_t>(blocks), 0.0);
+          for (int32_t h = g * group; h < (g + 1) * group; ++h) {
+            const int32_t len = start + i + 1;
+            std::vector<double> p(static_cast<size_t>(len));
+            double top = -1e300, sum = 0;
+            for (int32_t j = 0; j < len; ++j) {
+              double d = 0;
+              for (int32_t e = 0; e < hd; ++e)
+                d += double{f.q[static_cast<size_t>((start + i) * f.q_dim + h * hd + e)]} *
+                     f.k[static_cast<size_t>(j * f.kv_dim + g * hd + e)];
+              top = std::max(top, p[static_cast<size_t>(j)] = d * f.shape.scale);
+            }
+            for (double& x : p) sum += (x = std::exp(x - top));
+            for (int32_t j = 0; j < start; ++j) want[static_cast<size_t>(j / f.block)] += p[static_cast<size_t>(j)] / sum;
+          }
+          for (int32_t b = 0; b < blocks; ++b)
+            ASSERT_NEAR(mass[static_cast<size_t>((i * f.shape.num_kv_heads + g) * blocks + b)], want[static_cast<size_t>(b)], 1e-5)
+                << "start=" << start << " dense=" << dense << " i=" << i << " g=" << g << " b=" << b;
+        }
+    }
+  }
+}
+
 TEST(Attention, RejectsADenseSegmentPastThePrefix) {
   Fixture f(20);
   std::vector<float> out(static_cast<size_t>(4 * f.q_dim));

@@ -36,6 +36,11 @@ void expect_long_prompts_plain(const std::string& extra) {
 
 TEST(SpecpvExactLong, LongPromptsEqualPlain) { expect_long_prompts_plain(""); }
 
+// Retrieval by attention mass instead of the default, Quest's bound: the same tokens.
+TEST(SpecpvExactLong, LongPromptsEqualPlainWithAttentionMassRetrieval) {
+  expect_long_prompts_plain(R"(, "retrieval_by": "attention_mass")");
+}
+
 // The adaptive interval (full rounds brought forward after rollbacks) changes the
 // schedule only: the same tokens.
 TEST(SpecpvExactLong, LongPromptsEqualPlainWithTheAdaptiveInterval) {

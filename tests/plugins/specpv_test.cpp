@@ -54,7 +54,7 @@ ViewStats expect_golden(actors::Engine& engine, size_t cases, int32_t tokens) {
 }
 
 TEST(SpecpvExact, GoldenCasesEqualPlainWithPartialRoundsAndRollbacks) {
-  actors::Engine engine(with_specpv(std::string(kTiny) + "}"));
+  actors::Engine engine(with_specpv(std::string(kTiny) + R"(, "retrieval_by": "attention_mass"})"));
   const ViewStats v = expect_golden(engine, 3, 48);
   EXPECT_GT(v.exact_rounds, 0);
   EXPECT_EQ(v.approximate_rounds, 0);
@@ -75,6 +75,24 @@ TEST(SpecpvExact, GoldenCasesEqualPlainWithPartialRoundsAndRollbacks) {
   const char* device = std::getenv("SPECPIPE_TEST_DEVICE");
   const bool cuda = device && std::string(device).rfind("cuda", 0) == 0;
   EXPECT_EQ(m["retrieval"]["on_device"].get<int64_t>(), cuda ? v.refreshes : 0) << m.dump();
+  // Retrieval by attention mass: the forward (CPU or CUDA) gives every refresh its
+  // blocks' mass, so no refresh falls back to Quest's bound.
+  EXPECT_EQ(m["retrieval_by"], "attention_mass");
+  EXPECT_EQ(m["retrieval"]["by_mass"].get<int64_t>(), v.refreshes) << m.dump();
+  EXPECT_EQ(m["retrieval"]["mass_fallbacks"].get<int64_t>(), 0) << m.dump();
+}
+
+// retrieval_by: quest (the default), the block summaries' bound: the same tokens,
+// nothing by mass.
+TEST(SpecpvExact, QuestRetrievalEqualsPlainWithRollbacks) {
+  actors::Engine engine(with_specpv(std::string(kTiny) + "}"));
+  const ViewStats v = expect_golden(engine, 1, 32);
+  EXPECT_GT(v.rollbacks, 0);
+  const nlohmann::json m = engine.strategy_metrics()["verify_view"];
+  EXPECT_EQ(m["retrieval_by"], "quest");
+  EXPECT_EQ(m["retrieval"]["sequences"].get<int64_t>(), v.refreshes) << m.dump();
+  EXPECT_EQ(m["retrieval"]["by_mass"].get<int64_t>(), 0) << m.dump();
+  EXPECT_EQ(m["retrieval"]["mass_fallbacks"].get<int64_t>(), 0) << m.dump();
 }
 
 // adaptive_interval: a full round that rolled back halves that sequence's partial rounds
@@ -149,6 +167,7 @@ TEST(SpecpvConfig, UnusableConfigsAreRefusedWithTheReason) {
   expect_refused(R"({"refresh_interval": 0})", "refresh_interval: 0 would never verify fully");
   expect_refused(R"({"retrieval": 0})", "zero retrieval blocks");
   expect_refused(R"({"retrieval": 15})", "zero retrieval blocks");
+  expect_refused(R"({"retrieval_by": "nearest"})", "retrieval_by: must be");
   expect_refused(R"({"mode": "fast"})", "mode: must be \"exact\" or \"approximate\"");
   expect_refused(R"({"sink": -1})", "sink: -1 is not in");
   expect_refused(R"({"windows": 3})", "unknown key 'windows'");
