@@ -642,6 +642,9 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   for (const ForwardWindow& w : windows) {
     if (!w.query_tap) continue;
     const cuda::QueryCopy& qc = taps[tap];
+    if (qc.mass)
+      for (int32_t l = 0; l < c.num_layers; ++l)
+        w.query_tap->on_block_mass(l, qc.mass_host + int64_t{l} * qc.blocks, 1, 1, qc.blocks);
     if (qc.pos) w.query_tap->on_device_sums(static_cast<int32_t>(tap));  // device_retrieval_select reads them
     else
       for (int32_t l = 0; l < c.num_layers; ++l) w.query_tap->on_queries(l, qc.host + int64_t{l} * qc.n * qd, qc.n, qd);
@@ -700,7 +703,48 @@ std::vector<cuda::QueryCopy> CudaTransformer::query_copies(std::span<const Forwa
     t.host = at;
     at += int64_t{t.n} * config_.num_layers * config_.q_dim();
   }
+  block_mass_copies(windows, plan, taps);
   return taps;
+}
+
+void CudaTransformer::block_mass_copies(std::span<const ForwardWindow> windows, const cuda::ForwardPlan& plan,
+                                        std::vector<cuda::QueryCopy>& taps) {
+  cuda::TransformerState& d = *impl_;
+  if (d.kv_dtype != DType::f32) return;  // the mass kernels read FP32 keys: Quest chooses (counted)
+  const int32_t layers = config_.num_layers, B = d.block_size;
+  int64_t mass_floats = 0, lse_floats = 0;
+  std::vector<size_t> tapped;  // window of each tap
+  for (size_t w = 0; w < windows.size(); ++w)
+    if (windows[w].query_tap) tapped.push_back(w);
+  for (size_t i = 0; i < taps.size(); ++i) {
+    const ForwardWindow& fw = windows[tapped[i]];
+    if (!fw.query_tap->wants_block_mass() || fw.view) continue;
+    const cuda::AttentionWindowDesc& a = plan.attention.windows[tapped[i]];
+    taps[i].prefix_len = a.prefix_len;
+    taps[i].blocks = (a.prefix_len + B - 1) / B;
+    mass_floats += int64_t{layers} * taps[i].blocks;
+    lse_floats = std::max(lse_floats, int64_t{a.n} * config_.num_heads * (taps[i].blocks + 1));
+  }
+  if (mass_floats == 0) return;
+  const auto bytes = [](int64_t floats) { return static_cast<size_t>(floats) * sizeof(float); };
+  if (bytes(mass_floats) > d.block_mass.bytes()) d.block_mass.allocate(bytes(mass_floats), &device_bytes_);
+  if (bytes(mass_floats) > d.block_mass_host.bytes()) d.block_mass_host.allocate(bytes(mass_floats));
+  if (bytes(lse_floats) > d.block_mass_lse.bytes()) d.block_mass_lse.allocate(bytes(lse_floats), &device_bytes_);
+  d.block_mass_tables.assign(taps.size() * static_cast<size_t>(layers), 0);
+  int64_t at = 0;
+  for (size_t i = 0; i < taps.size(); ++i) {
+    if (taps[i].blocks == 0) continue;
+    cuda::QueryCopy& t = taps[i];
+    t.mass = d.block_mass.as<float>() + at;
+    t.mass_host = d.block_mass_host.as<float>() + at;
+    t.lse = d.block_mass_lse.as<float>();
+    at += int64_t{layers} * t.blocks;
+    int32_t* offsets = d.block_mass_tables.data() + i * static_cast<size_t>(layers);
+    for (int32_t l = 0; l < layers; ++l)
+      offsets[l] = plan.views() ? plan.layer_windows[static_cast<size_t>(l) * static_cast<size_t>(plan.windows()) + tapped[i]].block_table_offset
+                                : plan.attention.windows[tapped[i]].block_table_offset;
+    t.table_offset = offsets;
+  }
 }
 
 void CudaTransformer::upload_plan(const cuda::ForwardPlan& plan) {

@@ -343,6 +343,10 @@ class CudaTransformer {
   /// SpecPV: where each query-tapped window's rows of every layer land (pinned memory,
   /// grown as needed), in window order.
   std::vector<cuda::QueryCopy> query_copies(std::span<const ForwardWindow> windows, const cuda::ForwardPlan& plan);
+  /// SpecPV retrieval by attention mass: gives the taps that want it (no view, FP32 K/V)
+  /// their per-layer block mass buffers (device and pinned, grown as needed) and tables.
+  void block_mass_copies(std::span<const ForwardWindow> windows, const cuda::ForwardPlan& plan,
+                         std::vector<cuda::QueryCopy>& taps);
   /// Attention's chunk grid for the plan: the pool's capacity when graphed, else the
   /// plan's own (growing the split-K workspace, and dropping the graphs, when it is short).
   int32_t attention_grid(const cuda::ForwardPlan& plan, bool use_graph);

@@ -109,6 +109,21 @@ void enqueue_decoder_layer(const TransformerState& d, const ModelConfig& c, cons
                              s.max_chunks, d.workspace.as<float>(), d.attention_counters.as<uint32_t>(),
                              m.min_window_rows, m.prefix_settled};
   if (!skip_rest && !skip_attention) cuda_try(attention_bf16(shape, pool, batch, d.xb, st), "attention");
+  // SpecPV refresh by attention mass: the window's mass per prefix block, from the same
+  // keys (the ring slot still held), after the attention and apart from it.
+  for (int32_t t = 0; t < s.num_query_copies; ++t) {
+    const QueryCopy& qc = s.query_copies[t];
+    if (!qc.mass || skip_rest) continue;
+    const BlockMassArgs a{q + int64_t{qc.first_row} * qkvd, qkvd, k + int64_t{qc.first_row} * qkvd, qkvd,
+                          d.pool_k[static_cast<size_t>(l)], static_cast<const float*>(ring.k), kvd, d.block_size,
+                          bt + qc.table_offset[l], qc.prefix_len, qc.n, c.num_heads, c.num_kv_heads, c.head_dim,
+                          shape.scale};
+    float* mass = qc.mass + int64_t{l} * qc.blocks;
+    cuda_try(attention_block_mass(a, qc.lse, mass, st), "attention block mass");
+    cuda_try(cudaMemcpyAsync(qc.mass_host + int64_t{l} * qc.blocks, mass, static_cast<size_t>(qc.blocks) * sizeof(float),
+                             cudaMemcpyDeviceToHost, st),
+             "block mass to the host");
+  }
   if (s.ring && !dense.k) s.ring->release(l);
   if (!skip_gemms) run_gemm(s.gemm, d.g_o, d.xb, w.o, d.tmp, rows_total, H, qd, "o_proj GEMM", st);
   // MLP block

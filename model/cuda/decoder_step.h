@@ -24,6 +24,15 @@ struct QueryCopy {
   float* host;
   double* pos = nullptr;
   double* neg = nullptr;
+  /// SpecPV retrieval by attention mass (QueryTap::wants_block_mass, FP32 K/V, no view):
+  /// after each layer l's attention, the window's mass per prefix block
+  /// (attention_block_mass, key_summaries.h) into mass + l * blocks on the device and
+  /// copied to mass_host + l * blocks; lse: its scratch. Null mass: not asked.
+  float* mass = nullptr;
+  float* mass_host = nullptr;
+  float* lse = nullptr;
+  int32_t prefix_len = 0, blocks = 0;
+  const int32_t* table_offset = nullptr;  ///< [layers] host: the window's table in each layer's tables
 };
 
 /// One step's metadata on the device (pointers into the uploaded metadata buffer,

@@ -2,6 +2,8 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "kernels/cuda/attention_plan.h"
+
 namespace specpipe::cuda {
 namespace {
 
@@ -177,6 +179,115 @@ cudaError_t key_block_summaries(const float* pool_k, int64_t slot_stride, int32_
   if (n == 0) return cudaSuccess;
   if (n < 0 || block_size < 1 || kv_dim < 1) return cudaErrorInvalidValue;
   key_block_summaries_kernel<<<n, 256, 0, stream>>>(pool_k, slot_stride, block_size, kv_dim, blocks, kmax, kmin);
+  return cudaGetLastError();
+}
+
+namespace {
+
+constexpr int32_t kMassThreads = 128, kMaxMassHeadDim = 256, kMaxMassBlock = 64;
+
+__device__ inline const float* mass_key(const BlockMassArgs& a, int32_t j, int32_t kv_head) {
+  const int32_t e = a.table[j / a.block_size];
+  const int64_t slot = int64_t{e < 0 ? ring_block_of(e) : e} * a.block_size + j % a.block_size;
+  return (e < 0 ? a.ring_k : a.pool_k) + slot * a.slot_stride + int64_t{kv_head} * a.head_dim;
+}
+
+// One thread block per (prefix block, KV head): the block's keys staged in shared memory
+// once, then a thread per (row, query head of the group): the log-sum-exp of its scaled
+// scores over the block's keys -> lse[(i * heads + h) * (blocks + 1) + b].
+__global__ void block_lse_kernel(BlockMassArgs a, int32_t blocks, float* lse) {
+  extern __shared__ float keys[];  // [block_size][head_dim]
+  const int32_t b = static_cast<int32_t>(blockIdx.x), g = static_cast<int32_t>(blockIdx.y);
+  const int32_t group = a.num_heads / a.kv_heads;
+  const int32_t j0 = b * a.block_size, count = min(a.block_size, a.prefix_len - j0);
+  for (int32_t t = static_cast<int32_t>(threadIdx.x); t < count * a.head_dim; t += blockDim.x)
+    keys[t] = mass_key(a, j0 + t / a.head_dim, g)[t % a.head_dim];
+  __syncthreads();
+  for (int32_t t = static_cast<int32_t>(threadIdx.x); t < a.n * group; t += blockDim.x) {
+    const int32_t i = t / group, h = g * group + t % group;
+    const float* q = a.q + int64_t{i} * a.ld_q + int64_t{h} * a.head_dim;
+    float s[kMaxMassBlock];
+    float m = -INFINITY;
+    for (int32_t r = 0; r < count; ++r) {
+      float d = 0.0f;
+      for (int32_t e = 0; e < a.head_dim; ++e) d += q[e] * keys[r * a.head_dim + e];
+      s[r] = d * a.scale;
+      m = fmaxf(m, s[r]);
+    }
+    float sum = 0.0f;
+    for (int32_t r = 0; r < count; ++r) sum += expf(s[r] - m);
+    lse[(int64_t{i} * a.num_heads + h) * (blocks + 1) + b] = m + logf(sum);
+  }
+}
+
+// One thread block per (row, query head): its window keys' log-sum-exp into slot
+// `blocks`, then the log-sum-exp over every slot (fixed tree order) into the same slot.
+__global__ void row_lse_kernel(BlockMassArgs a, int32_t blocks, float* lse) {
+  __shared__ float red[kMassThreads];
+  const int32_t i = static_cast<int32_t>(blockIdx.x) / a.num_heads, h = static_cast<int32_t>(blockIdx.x) % a.num_heads;
+  const int32_t group = a.num_heads / a.kv_heads;
+  float* row = lse + (int64_t{i} * a.num_heads + h) * (blocks + 1);
+  const float* q = a.q + int64_t{i} * a.ld_q + int64_t{h} * a.head_dim;
+  // The window's keys [0, i]: one thread each (n is a verify window's, small).
+  __shared__ float wmax, wsum;
+  if (threadIdx.x == 0) {
+    float m = -INFINITY, sum = 0.0f;
+    for (int32_t t = 0; t <= i; ++t) {
+      const float* k = a.k_window + int64_t{t} * a.ld_kv + int64_t{h / group} * a.head_dim;
+      float d = 0.0f;
+      for (int32_t e = 0; e < a.head_dim; ++e) d += q[e] * k[e];
+      d *= a.scale;
+      const float nm = fmaxf(m, d);
+      sum = sum * expf(m - nm) + expf(d - nm);
+      m = nm;
+    }
+    wmax = m;
+    wsum = sum;
+  }
+  __syncthreads();
+  float m = threadIdx.x == 0 ? wmax : -INFINITY;
+  for (int32_t b = static_cast<int32_t>(threadIdx.x); b < blocks; b += blockDim.x) m = fmaxf(m, row[b]);
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int32_t w = kMassThreads / 2; w > 0; w /= 2) {
+    if (static_cast<int32_t>(threadIdx.x) < w) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + w]);
+    __syncthreads();
+  }
+  const float top = red[0];
+  __syncthreads();
+  float sum = threadIdx.x == 0 ? wsum * expf(wmax - top) : 0.0f;
+  for (int32_t b = static_cast<int32_t>(threadIdx.x); b < blocks; b += blockDim.x) sum += expf(row[b] - top);
+  red[threadIdx.x] = sum;
+  __syncthreads();
+  for (int32_t w = kMassThreads / 2; w > 0; w /= 2) {
+    if (static_cast<int32_t>(threadIdx.x) < w) red[threadIdx.x] += red[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) row[blocks] = top + logf(red[0]);
+}
+
+// A thread per prefix block: its probability summed over rows and heads, in order.
+__global__ void block_mass_kernel(BlockMassArgs a, int32_t blocks, const float* lse, float* mass) {
+  const int32_t b = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (b >= blocks) return;
+  float sum = 0.0f;
+  for (int64_t r = 0; r < int64_t{a.n} * a.num_heads; ++r) sum += expf(lse[r * (blocks + 1) + b] - lse[r * (blocks + 1) + blocks]);
+  mass[b] = sum;
+}
+
+}  // namespace
+
+cudaError_t attention_block_mass(const BlockMassArgs& a, float* lse, float* mass, cudaStream_t stream) {
+  if (a.block_size > kMaxMassBlock || a.head_dim > kMaxMassHeadDim || a.kv_heads <= 0 || a.num_heads % a.kv_heads != 0)
+    return cudaErrorInvalidValue;
+  const int32_t blocks = (a.prefix_len + a.block_size - 1) / a.block_size;
+  if (blocks == 0 || a.n == 0) return cudaSuccess;
+  const size_t shared = static_cast<size_t>(a.block_size) * a.head_dim * sizeof(float);
+  block_lse_kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.kv_heads)), kMassThreads, shared,
+                     stream>>>(a, blocks, lse);
+  row_lse_kernel<<<static_cast<unsigned>(a.n * a.num_heads), kMassThreads, 0, stream>>>(a, blocks, lse);
+  block_mass_kernel<<<static_cast<unsigned>((blocks + kMassThreads - 1) / kMassThreads), kMassThreads, 0, stream>>>(
+      a, blocks, lse, mass);
   return cudaGetLastError();
 }
 

@@ -41,4 +41,32 @@ cudaError_t quest_block_scores(const float* kmax, const float* kmin, int64_t sum
 cudaError_t quest_top_blocks(const float* scores, int64_t ld, int32_t first, int32_t blocks, int32_t k, int32_t layers,
                              int32_t* top, cudaStream_t stream);
 
+/// SpecPV retrieval by attention mass (kvstore/block_summaries.h, block_mass_scores; the
+/// CPU's cpu::AttentionWindow::block_mass) for one window of a refresh forward, one layer:
+/// mass[b] for b < blocks = ceil(prefix_len / block_size) = the softmax probability the
+/// window's n rows (q + i * ld_q, RoPE applied, num_heads * head_dim floats) give the keys
+/// of prefix block b, summed over rows and query heads, each row's softmax over its
+/// prefix and its window keys [0, i] (k_window + i * ld_kv) as the attention's. Keys of
+/// FP32 storage: block table entry e >= 0 is pool block e of pool_k, e < 0 block
+/// ring_block_of(e) of ring_k (kernels/cuda/attention.h, PagedPool). Three small kernels
+/// after the layer's attention, which they do not touch: each block's log-sum-exp per row
+/// and head (the block's keys read once), each row and head's log-sum-exp over them, the
+/// masses. Deterministic (fixed orders); not the CPU's bits (another summation order).
+/// lse: scratch of n * num_heads * (blocks + 1) device floats. table, k_window, q, mass:
+/// device.
+struct BlockMassArgs {
+  const float* q;
+  int64_t ld_q;
+  const float* k_window;  ///< the window's own keys, row i at + i * ld_kv
+  int64_t ld_kv;
+  const float* pool_k;
+  const float* ring_k;
+  int64_t slot_stride;
+  int32_t block_size;
+  const int32_t* table;   ///< the window's block table (device)
+  int32_t prefix_len, n, num_heads, kv_heads, head_dim;
+  float scale;
+};
+cudaError_t attention_block_mass(const BlockMassArgs& a, float* lse, float* mass, cudaStream_t stream);
+
 }  // namespace specpipe::cuda

@@ -112,6 +112,11 @@ struct TransformerState {
   // each sequence's block summaries, [layers][capacity][kv_dim] floats of Kmax then the
   // same of Kmin, by block index; scratch for scores and the chosen blocks.
   DeviceBuffer query_sums;
+  // SpecPV retrieval by attention mass (QueryCopy::mass): per tap [layers][blocks] on the
+  // device and pinned on the host, the kernels' scratch, each tap's table offsets.
+  DeviceBuffer block_mass, block_mass_lse;
+  PinnedBuffer block_mass_host;
+  std::vector<int32_t> block_mass_tables;
   struct SeqSummaries {
     std::unique_ptr<DeviceBuffer> mem;
     int32_t capacity = 0;

@@ -11,6 +11,9 @@
 #                                3B/16 buffer, a full round every REFRESH partial ones)
 #     <mode>-<budget>-noahead    the same with the drafter's draft-ahead off
 #     <mode>-<budget>-ngram      the same with the n-gram drafter (no device drafting)
+#     <mode>-<budget>-mass       the same with retrieval by attention mass (retrieval_by:
+#                                attention_mass) instead of the plugin's default, Quest's
+#                                bound; <mode>-<budget>-quest names the default explicitly
 #     full-noahead, full-ngram   full verification with those drafters
 #   -> $OUT/specpv_long.json (bench's JSON; JSON=name.json for another name) and a
 #   summary on stdout.
@@ -96,6 +99,9 @@ for row in $ROWS; do
   [[ "$mode" == full ]] && variant=$budget
   [[ "$variant" == noahead ]] && drafter="slots: {drafter: {type: model, draft_ahead: 'off'}}"
   [[ "$variant" == ngram ]] && drafter="slots: {drafter: {type: ngram}}"
+  by=""
+  [[ "$variant" == quest ]] && by=", retrieval_by: quest"
+  [[ "$variant" == mass ]] && by=", retrieval_by: attention_mass"
   yaml="$base"
   if [[ "$mode" == full ]]; then
     yaml+=$'\n'"$drafter"
@@ -105,7 +111,7 @@ for row in $ROWS; do
 plugins:
   specpv:
     path: $(pwd)/$bundle/plugins/libspecpipe_specpv.so
-    config: {mode: $mode, sink: $((b / 16)), retrieval: $((b / 2)), window: $((b / 4)), buffer: $((b * 3 / 16)), refresh_interval: $REFRESH}
+    config: {mode: $mode, sink: $((b / 16)), retrieval: $((b / 2)), window: $((b / 4)), buffer: $((b * 3 / 16)), refresh_interval: $REFRESH$by}
 slots:
   verify_view: {type: specpv}
   drafter: $(sed 's/^slots: {drafter: //; s/}$//' <<<"$drafter")"
@@ -146,6 +152,8 @@ for r in rows:
               f"full {v['full_verify_ms']:.1f} ({v['full_verify_ms'] / max(1, v['full_rounds']):.2f} a round); host bytes "
               f"partial {h.get('partial_host_bytes')} full {h.get('full_host_bytes')} view copies {h.get('view_copy_bytes')}, "
               f"fallbacks {h.get('host_fallbacks')}, dropped {h.get('view_dropped_blocks')}")
+        if "retrieval" in r:
+            print(f"{'':24s} retrieval: {r['retrieval']}")
     elif r["drafter"] != "plain":
         print(f"{'':24s} verify {ms_per_round(r, 'verify_ms'):.2f} ms a round")
     if "offload" in r:
