@@ -110,10 +110,15 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// (with bit 32; head_dim 64 or 128): that kernel built for its head_dim, a slot's row
 /// found by a multiply instead of a division sequence, the value chains spread over every
 /// thread, and a chunk of settled pool keys (AttentionBatch::prefix_settled) located and
-/// its copies issued before waiting for the kernel before (only q waits). The default,
-/// kDefaultAttentionVariant (bits 1, 2, 4, 8, 32, 64), won the A/Bs of kernels/cuda/README.md
-/// ("Eleventh session", "Twelfth session", "Thirteenth session", "Fourteenth session, verify windows");
-/// SPECPIPE_ATTENTION_VARIANT (0..127, read on first use) overrides it.
+/// its copies issued before waiting for the kernel before (only q waits); bit 128 (with bit
+/// 64): that build with a lane's query dims one 16-byte shared-memory load (the queries
+/// stored lane-major, in the order the lane scores them), a score's key-count test by one
+/// comparison a pass, and its index arithmetic unsigned; bit 256 (with bit 64): a window
+/// chunk's FP32 keys asked of L2 (prefetch) when its rows are located, so both score passes'
+/// key loads find them there. The default, kDefaultAttentionVariant (bits 1, 2, 4, 8, 32,
+/// 64), won the A/Bs of kernels/cuda/README.md ("Eleventh session", "Twelfth session",
+/// "Thirteenth session", "Fourteenth session, verify windows"); SPECPIPE_ATTENTION_VARIANT
+/// (0..511, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
 constexpr int kAttentionTwoBlocks = 4;
@@ -121,7 +126,9 @@ constexpr int kAttentionLeanChunk = 8;
 constexpr int kAttentionThreeBlocks = 16;
 constexpr int kAttentionLeanWindow = 32;
 constexpr int kAttentionFastWindow = 64;
-constexpr int kAttentionVariants = 128;
+constexpr int kAttentionTightWindow = 128;
+constexpr int kAttentionWindowPrefetch = 256;
+constexpr int kAttentionVariants = 512;
 constexpr int kDefaultAttentionVariant = 111;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.

@@ -195,6 +195,28 @@ __device__ inline void window_pair_chains(const AttentionShape& s, const Attenti
 /// Slots a thread of variant bit 32's value sums runs the chains of (2 dims each).
 constexpr int kPairSlots = 6;
 
+/// Variant bit 128: a lane's kDimLanes query dims (l, l + 32, ...) stored side by side, so
+/// the score passes read them with one 8- or 16-byte shared-memory load.
+template <int kDimLanes>
+__device__ inline void load_lane_dims(const float* at, float (&q)[kDimLanes]) {
+  static_assert(kDimLanes == 2 || kDimLanes == 4);
+  if constexpr (kDimLanes == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(at);
+    q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+  } else {
+    const float2 v = *reinterpret_cast<const float2*>(at);
+    q[0] = v.x, q[1] = v.y;
+  }
+}
+template <int kDimLanes>
+__device__ inline void store_lane_dims(float* at, const float (&q)[kDimLanes]) {
+  if constexpr (kDimLanes == 4) *reinterpret_cast<float4*>(at) = make_float4(q[0], q[1], q[2], q[3]);
+  else *reinterpret_cast<float2*>(at) = make_float2(q[0], q[1]);
+}
+
+/// Variant bit 256: asks L2 for the line at `p` (no registers, nothing waits for it).
+__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 /// Grid (kv head, max_chunks): block y takes tasks y, y + max_chunks, ... of the batch's
 /// (group, chunk) tasks (groups: a window's rows cut into runs of rows_per_group), so a
 /// single window launches no more blocks than decode. Dynamic shared memory: the staged
@@ -219,10 +241,28 @@ constexpr int kPairSlots = 6;
 /// and shift (SlotOf), the value chains spread over every thread (2-3 slots each for 20
 /// slots instead of 5), and a chunk of settled pool keys (b.prefix_settled, no ring)
 /// locates its rows and issues its copies before waiting for the kernel before.
-template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false>
+///
+/// kTight (variant bit 128, with kFast): the same numbers with fewer instructions in the
+/// score passes (the fast build's profile: 164 instructions a 4-slot step for its 64 FMAs,
+/// 16 shuffles and 16 adds). The queries are stored lane-major in the order each lane reads
+/// them: slot sl0 + s4 of a pass's step sits, for lane l, at row sl0 + (s4 ^ sx(l)) of the
+/// group of 4 (the permutation reduce_scatter_xor wants) and columns l * kDimLanes.. (dims
+/// l, l + 32, ...), so a step's queries are 4 vector loads at fixed offsets instead of 4 x
+/// kDimLanes loads with clamped addresses (the slots padded to a multiple of 4 with zeros,
+/// whose dots are never stored); a score's "the row sees this key" test is one comparison
+/// of the slot's row with a bound computed once a pass; the staging and query loops index
+/// unsigned (shifts, not signed-division sequences). Each dot is still fmaf over d = 0, 1,
+/// ... from 0, reduced by the same reduce_scatter_xor: the same bits.
+/// prefetch_keys (variant bit 256, with kFast; keys not staged): once the chunk's rows are
+/// located, each thread asks L2 for one line of its FP32 keys, so the score passes' key loads
+/// (the second pass's especially) wait on L2 rather than DRAM; for a settled chunk this is
+/// before waiting for the kernel before.
+template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false, bool kTight = false>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
-                                                                    int32_t max_slots, bool stage_keys) {
+                                                                    int32_t max_slots, bool stage_keys,
+                                                                    bool prefetch_keys) {
+  static_assert(kFast || !kTight);
   __shared__ RowGroups g;
   __shared__ const T* krow[C];
   __shared__ const T* vrow[C];
@@ -254,7 +294,9 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
   float* red = sp + max_slots * kScoreStride;  // [max_slots][kWarps]
   float* red2 = red + max_slots * kWarps;
   constexpr int kVec = kVecElems<T>;
-  const int vecs = hd / kVec;
+  // kTight: unsigned indices, so the divisions by a power of two are shifts.
+  using Index = std::conditional_t<kTight, uint32_t, int>;
+  const Index vecs = hd / kVec;
 
   for (int32_t task = blockIdx.y; task < tasks; task += gridDim.y) {
     int32_t gi = 0;
@@ -295,10 +337,32 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       }
     };
     const auto load_queries = [&] {
-      for (int i = tid; i < slots * hd; i += kFastThreads) {
-        const int32_t sl = i / hd, d = i % hd;
-        const int32_t row = t.row0 + t.first + slot_of.row(sl);
-        sq[i] = b.q[int64_t{row} * b.ld_q + (int64_t{kvh} * group + slot_of.head(sl)) * hd + d];
+      if constexpr (kTight) {
+        // Item (slot, lane l): dims l, l + 32, ... (coalesced over l) to row
+        // (sl & ~3) + ((sl & 3) ^ sx(l)), columns l * kDimLanes.. (one vector store).
+        const int32_t padded = (slots + 3) & ~3;
+        for (Index i = tid; i < Index(padded) * 32; i += kFastThreads) {
+          const int32_t sl = static_cast<int32_t>(i / 32);
+          const int l = static_cast<int>(i % 32);
+          float qv[kDimLanes];
+          if (sl < slots) {
+            const int32_t row = t.row0 + t.first + slot_of.row(sl);
+            const float* src = b.q + int64_t{row} * b.ld_q + (int64_t{kvh} * group + slot_of.head(sl)) * hd + l;
+#pragma unroll
+            for (int d = 0; d < kDimLanes; ++d) qv[d] = src[32 * d];
+          } else {
+#pragma unroll
+            for (int d = 0; d < kDimLanes; ++d) qv[d] = 0.0f;
+          }
+          const int sxl = kLean ? (l >> 1) & 3 : l & 3;
+          store_lane_dims(sq + ((sl & ~3) + ((sl & 3) ^ sxl)) * hd + l * kDimLanes, qv);
+        }
+      } else {
+        for (int i = tid; i < slots * hd; i += kFastThreads) {
+          const int32_t sl = i / hd, d = i % hd;
+          const int32_t row = t.row0 + t.first + slot_of.row(sl);
+          sq[i] = b.q[int64_t{row} * b.ld_q + (int64_t{kvh} * group + slot_of.head(sl)) * hd + d];
+        }
       }
     };
     const auto locate_rows = [&] {
@@ -310,13 +374,22 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       }
     };
     const auto stage_key_rows = [&] {
-      for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
+      for (Index i = tid; i < Index(t.count_max) * vecs; i += kFastThreads)
         copy_async16(sk + i * kVec, krow[i / vecs] + (i % vecs) * kVec);
       copy_async_commit();
     };
     const auto stage_value_rows = [&] {
-      for (int i = tid; i < t.count_max * vecs; i += kFastThreads)
+      for (Index i = tid; i < Index(t.count_max) * vecs; i += kFastThreads)
         copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
+    };
+    // prefetch_keys: one 128-byte line of the chunk's keys a thread (after locate_rows'
+    // barrier).
+    const auto prefetch_key_rows = [&] {
+      constexpr int kLines = 32 * kDimLanes * static_cast<int>(sizeof(T)) / 128 > 0
+                                 ? 32 * kDimLanes * static_cast<int>(sizeof(T)) / 128
+                                 : 1;
+      const int row = tid / kLines;
+      if (row < t.count_max) prefetch_l2(reinterpret_cast<const char*>(krow[row]) + (tid % kLines) * 128);
     };
     if constexpr (kFast) {
       // A chunk of settled pool keys: its rows located and its copies (BF16 keys, values)
@@ -330,6 +403,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       locate_rows();
       if (!early) load_queries();
       __syncthreads();
+      if (prefetch_keys) prefetch_key_rows();
       if (stage_keys) stage_key_rows();
       stage_value_rows();
       if (early && !waited) {
@@ -358,14 +432,43 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
 #pragma unroll 1
     for (int pass = 0; pass < kKeys / kPassKeys; ++pass) {
       load_keys(pass);
-      for (int sl0 = 0; sl0 < slots; sl0 += 4) {
-        float v[kPassKeys * 4];
-        pass_dots(sq, sl0, slots, hd, lane, kreg, v, sx);
-        const float dot = kPaired ? reduce_scatter_xor(v) : reduce_scatter(v, lane);
-        const int index = kLean ? lane >> 1 : lane;  // lean: lanes L and L ^ 1 hold the same sum
-        const int u = index >> 2, sl = sl0 + (index & 3), jl = warp + (pass * kPassKeys + u) * kFastWarps;
-        if (sl < slots && (!kLean || (lane & 1) == 0))
-          sp[sl * kScoreStride + jl] = jl < t.count(t.first + slot_of.row(sl)) ? dot * s.scale : -INFINITY;
+      if constexpr (kTight) {
+        // The lane's score of a step: key u, slot sl0 + c (reduce_scatter_xor's index);
+        // local row r of the group sees key jl iff r >= kmin (t.count's bound, solved for r).
+        const int index = kLean ? lane >> 1 : lane;
+        const int u = index >> 2, c = index & 3, jl = warp + (pass * kPassKeys + u) * kFastWarps;
+        const int32_t kmin = jl + t.j0 - t.keys0 - t.first + 1;
+        const bool writer = !kLean || (lane & 1) == 0;
+        const float* qs = sq + lane * kDimLanes;
+        float* out = sp + c * kScoreStride + jl;
+        for (int sl0 = 0; sl0 < slots; sl0 += 4, qs += 4 * hd, out += 4 * kScoreStride) {
+          float v[kPassKeys * 4];
+#pragma unroll
+          for (int s4 = 0; s4 < 4; ++s4) {
+            float qreg[kDimLanes];
+            load_lane_dims(qs + s4 * hd, qreg);
+#pragma unroll
+            for (int u2 = 0; u2 < kPassKeys; ++u2) {
+              float dot = 0.0f;
+#pragma unroll
+              for (int d = 0; d < kDimLanes; ++d) dot = fmaf(qreg[d], kreg[u2][d], dot);
+              v[u2 * 4 + s4] = dot;
+            }
+          }
+          const float dot = reduce_scatter_xor(v);
+          const int32_t sl = sl0 + c;
+          if (writer && sl < slots) *out = slot_of.row(sl) >= kmin ? dot * s.scale : -INFINITY;
+        }
+      } else {
+        for (int sl0 = 0; sl0 < slots; sl0 += 4) {
+          float v[kPassKeys * 4];
+          pass_dots(sq, sl0, slots, hd, lane, kreg, v, sx);
+          const float dot = kPaired ? reduce_scatter_xor(v) : reduce_scatter(v, lane);
+          const int index = kLean ? lane >> 1 : lane;  // lean: lanes L and L ^ 1 hold the same sum
+          const int u = index >> 2, sl = sl0 + (index & 3), jl = warp + (pass * kPassKeys + u) * kFastWarps;
+          if (sl < slots && (!kLean || (lane & 1) == 0))
+            sp[sl * kScoreStride + jl] = jl < t.count(t.first + slot_of.row(sl)) ? dot * s.scale : -INFINITY;
+        }
       }
     }
     __syncthreads();
@@ -427,22 +530,29 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
                           cudaStream_t stream) {
   const int32_t group = s.num_heads / s.num_kv_heads;
   const int32_t rows_per_group = std::min(b.total_tokens, std::max(1, kWindowMaxSlots / group));
-  const int32_t max_slots = rows_per_group * group;
+  const int variant = attention_variant();
+  // Variant bit 64 (with 32), head_dim 64 or 128 (every lane's dims real): the fast build
+  // (kFast: head_dim fixed, no division sequences, value chains on every thread, a settled
+  // chunk's copies issued before the wait for the kernel before); bit 128 with it the tight
+  // build (queries a vector load a lane, their slots padded to a multiple of 4).
+  const bool paired = (variant & kAttentionLeanWindow) != 0;
+  const bool fast = paired && (variant & kAttentionFastWindow) != 0 && s.head_dim == 32 * kDimLanes;
+  const bool tight = fast && (variant & kAttentionTightWindow) != 0;
+  const int32_t max_slots = tight ? (rows_per_group * group + 3) / 4 * 4 : rows_per_group * group;
   const int mode = window_path_mode();
   const bool lean = mode == 2 || (mode < 0 && int64_t{s.num_kv_heads} * b.max_chunks >= kLeanMinBlocks);
   // Variant bit 32: the paired build; BF16 keys staged where every key row starts 16-byte
   // aligned (can_stage checked the strides).
-  const bool paired = (attention_variant() & kAttentionLeanWindow) != 0;
   const bool stage_keys =
       paired && sizeof(T) == 2 && aligned16(pool.k) && aligned16(b.k) && aligned16(pool.ring_k);
   const size_t bytes = size_t{C} * s.head_dim * sizeof(T) * (stage_keys ? 2 : 1) +
                        size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps) * sizeof(float);
-  // Variant bit 64 (with 32), head_dim 64 or 128 (every lane's dims real): the fast build
-  // (kFast: head_dim fixed, no division sequences, value chains on every thread, a settled
-  // chunk's copies issued before the wait for the kernel before).
-  const bool fast =
-      paired && (attention_variant() & kAttentionFastWindow) != 0 && s.head_dim == 32 * kDimLanes;
-  auto* kernel = fast     ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true>
+  // Variant bit 256 (with the fast build): the chunk's keys prefetched to L2 where they are
+  // read from global memory (not staged).
+  const bool prefetch_keys = fast && !stage_keys && (variant & kAttentionWindowPrefetch) != 0;
+  auto* kernel = tight    ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true, true>
+                                  : attention_window_kernel<kDimLanes, false, true, T, true, true>)
+                 : fast   ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true>
                                   : attention_window_kernel<kDimLanes, false, true, T, true>)
                  : paired ? (lean ? attention_window_kernel<kDimLanes, true, true, T>
                                   : attention_window_kernel<kDimLanes, false, true, T>)
@@ -451,10 +561,10 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   cudaError_t e = allow_dynamic_shared(kernel, bytes);
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
-                                      true, s, pool, b, rows_per_group, max_slots, stage_keys);
+                                      true, s, pool, b, rows_per_group, max_slots, stage_keys, prefetch_keys);
   if (e != cudaSuccess) return e;
   // Variant bit 1 (attention.h): a block per (row, query head) merges instead.
-  if ((attention_variant() & kAttentionHeadMerge) != 0) return launch_head_merge(s, b, outb, stream);
+  if ((variant & kAttentionHeadMerge) != 0) return launch_head_merge(s, b, outb, stream);
   return launch_merge(s, b, outb, stream);
 }
 
