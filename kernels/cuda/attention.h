@@ -111,14 +111,14 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// found by a multiply instead of a division sequence, the value chains spread over every
 /// thread, and a chunk of settled pool keys (AttentionBatch::prefix_settled) located and
 /// its copies issued before waiting for the kernel before (only q waits); bit 128 (with bit
-/// 64): that build with a lane's query dims one 16-byte shared-memory load (the queries
-/// stored lane-major, in the order the lane scores them), a score's key-count test by one
-/// comparison a pass, and its index arithmetic unsigned; bit 256 (with bit 64): a window
-/// chunk's FP32 keys asked of L2 (prefetch) when its rows are located, so both score passes'
-/// key loads find them there. The default, kDefaultAttentionVariant (bits 1, 2, 4, 8, 32,
-/// 64), won the A/Bs of kernels/cuda/README.md ("Eleventh session", "Twelfth session",
-/// "Thirteenth session", "Fourteenth session, verify windows"); SPECPIPE_ATTENTION_VARIANT
-/// (0..511, read on first use) overrides it.
+/// 64): that build with fewer instructions (a lane's query dims one 16-byte shared-memory
+/// load, the queries stored lane-major in the order the lane scores them; a score's
+/// key-count test one comparison; value chains of 4 dims x up to 3 slots a thread; unsigned
+/// indices; the GQA group's multiplier from the host). The default, kDefaultAttentionVariant
+/// (bits 1, 2, 4, 8, 32, 64, 128), won the A/Bs of kernels/cuda/README.md ("Eleventh
+/// session", "Twelfth session", "Thirteenth session", "Fourteenth session, verify windows",
+/// "Fifteenth session, window"); SPECPIPE_ATTENTION_VARIANT (0..255, read on first use)
+/// overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
 constexpr int kAttentionTwoBlocks = 4;
@@ -127,9 +127,8 @@ constexpr int kAttentionThreeBlocks = 16;
 constexpr int kAttentionLeanWindow = 32;
 constexpr int kAttentionFastWindow = 64;
 constexpr int kAttentionTightWindow = 128;
-constexpr int kAttentionWindowPrefetch = 256;
-constexpr int kAttentionVariants = 512;
-constexpr int kDefaultAttentionVariant = 111;
+constexpr int kAttentionVariants = 256;
+constexpr int kDefaultAttentionVariant = 239;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);

@@ -140,7 +140,10 @@ template <bool kFast>
 struct SlotOf {
   int32_t group;
   uint32_t magic;
-  __device__ explicit SlotOf(int32_t g) : group(g), magic((65536u + static_cast<uint32_t>(g) - 1) / g) {}
+  __device__ explicit SlotOf(int32_t g) : group(g), magic(magic_of(g)) {}
+  /// The host's group and magic_of(group) (the tight build: no division on the device).
+  __device__ SlotOf(int32_t g, uint32_t m) : group(g), magic(m) {}
+  __host__ __device__ static uint32_t magic_of(int32_t g) { return (65536u + static_cast<uint32_t>(g) - 1) / g; }
   __device__ int32_t row(int32_t sl) const {
     return kFast ? static_cast<int32_t>((static_cast<uint32_t>(sl) * magic) >> 16) : sl / group;
   }
@@ -195,6 +198,76 @@ __device__ inline void window_pair_chains(const AttentionShape& s, const Attenti
 /// Slots a thread of variant bit 32's value sums runs the chains of (2 dims each).
 constexpr int kPairSlots = 6;
 
+/// Slots a thread of the tight build's value sums runs the chains of (4 dims each).
+constexpr int kQuadSlots = 3;
+
+/// Four staged values (dims d..d + 3 of one key) widened to FP32: one 16-byte (FP32) or
+/// 8-byte (BF16) shared-memory load.
+__device__ inline float4 value_quad(const float* at) { return *reinterpret_cast<const float4*>(at); }
+__device__ inline float4 value_quad(const uint16_t* at) {
+  const uint2 w = *reinterpret_cast<const uint2*>(at);
+  return {kv_float(static_cast<uint16_t>(w.x & 0xffffu)), kv_float(static_cast<uint16_t>(w.x >> 16)),
+          kv_float(static_cast<uint16_t>(w.y & 0xffffu)), kv_float(static_cast<uint16_t>(w.y >> 16))};
+}
+
+/// The tight build's value sums: 4K chains, dims d..d + 3 of the slots `slot[i]`, each
+/// fmaf(p, v, acc) over its row's keys in ascending order as window_pair_chains' (the common
+/// keys four at a time, then the rows' own ends one by one); each staged value quad is read
+/// once for all K slots, the numerators 4 keys a 16-byte load (the same address for a
+/// warp's lanes: a broadcast).
+template <int K, class T, bool kFast>
+__device__ inline void window_quad_chains(const AttentionShape& s, const AttentionBatch& b, const WindowTask& t,
+                                          int32_t kvh, SlotOf<kFast> slot_of, int32_t hd, int d, const int32_t* slot,
+                                          const T* sv, const float* sp) {
+  float a[K][4];
+  const float* pr[K];
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[i][e] = 0.0f;
+    pr[i] = sp + slot[i] * kScoreStride;
+  }
+  int32_t jl = 0;
+#pragma unroll 2
+  for (; jl + 4 <= t.count_min; jl += 4) {
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = value_quad(sv + (jl + u) * hd + d);
+#pragma unroll
+    for (int i = 0; i < K; ++i) {
+      const float4 p = *reinterpret_cast<const float4*>(pr[i] + jl);
+      const float p4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        a[i][0] = fmaf(p4[u], v[u].x, a[i][0]);
+        a[i][1] = fmaf(p4[u], v[u].y, a[i][1]);
+        a[i][2] = fmaf(p4[u], v[u].z, a[i][2]);
+        a[i][3] = fmaf(p4[u], v[u].w, a[i][3]);
+      }
+    }
+  }
+  for (; jl < t.count_max; ++jl) {
+    const float4 vv = value_quad(sv + jl * hd + d);
+#pragma unroll
+    for (int i = 0; i < K; ++i)
+      if (jl < t.count(t.first + slot_of.row(slot[i]))) {
+        const float p = pr[i][jl];
+        a[i][0] = fmaf(p, vv.x, a[i][0]);
+        a[i][1] = fmaf(p, vv.y, a[i][1]);
+        a[i][2] = fmaf(p, vv.z, a[i][2]);
+        a[i][3] = fmaf(p, vv.w, a[i][3]);
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < K; ++i) {
+    const int32_t row = t.row0 + t.first + slot_of.row(slot[i]);
+    const int64_t h = int64_t{kvh} * slot_of.group + slot_of.head(slot[i]);
+    float* rec = b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + t.chunk) * (hd + 2) + 2 + d;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) rec[e] = a[i][e];
+  }
+}
+
 /// Variant bit 128: a lane's kDimLanes query dims (l, l + 32, ...) stored side by side, so
 /// the score passes read them with one 8- or 16-byte shared-memory load.
 template <int kDimLanes>
@@ -213,9 +286,6 @@ __device__ inline void store_lane_dims(float* at, const float (&q)[kDimLanes]) {
   if constexpr (kDimLanes == 4) *reinterpret_cast<float4*>(at) = make_float4(q[0], q[1], q[2], q[3]);
   else *reinterpret_cast<float2*>(at) = make_float2(q[0], q[1]);
 }
-
-/// Variant bit 256: asks L2 for the line at `p` (no registers, nothing waits for it).
-__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /// Grid (kv head, max_chunks): block y takes tasks y, y + max_chunks, ... of the batch's
 /// (group, chunk) tasks (groups: a window's rows cut into runs of rows_per_group), so a
@@ -250,18 +320,17 @@ __device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.globa
 /// l, l + 32, ...), so a step's queries are 4 vector loads at fixed offsets instead of 4 x
 /// kDimLanes loads with clamped addresses (the slots padded to a multiple of 4 with zeros,
 /// whose dots are never stored); a score's "the row sees this key" test is one comparison
-/// of the slot's row with a bound computed once a pass; the staging and query loops index
-/// unsigned (shifts, not signed-division sequences). Each dot is still fmaf over d = 0, 1,
-/// ... from 0, reduced by the same reduce_scatter_xor: the same bits.
-/// prefetch_keys (variant bit 256, with kFast; keys not staged): once the chunk's rows are
-/// located, each thread asks L2 for one line of its FP32 keys, so the score passes' key loads
-/// (the second pass's especially) wait on L2 rather than DRAM; for a settled chunk this is
-/// before waiting for the kernel before.
+/// of the slot's row with a bound computed once a pass; the value sums run 4 dims x up to
+/// kQuadSlots slots a thread (window_quad_chains: a value quad loaded once for 3 slots, the
+/// numerators a broadcast); the staging and query loops index unsigned (shifts, not
+/// signed-division sequences); the GQA group and its SlotOf multiplier come from the host.
+/// Each dot is still fmaf over d = 0, 1, ... from 0, reduced by the same
+/// reduce_scatter_xor, and each value chain fmaf over its keys in order: the same bits.
 template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false, bool kTight = false>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots, bool stage_keys,
-                                                                    bool prefetch_keys) {
+                                                                    int32_t host_group, uint32_t host_magic) {
   static_assert(kFast || !kTight);
   __shared__ RowGroups g;
   __shared__ const T* krow[C];
@@ -285,8 +354,10 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
 
   // kFast: head_dim is 32 * kDimLanes (launch_window takes it only then), so the
   // bounds on a lane's dims and the divisions by head_dim fold away.
-  const int32_t hd = kFast ? 32 * kDimLanes : s.head_dim, group = s.num_heads / s.num_kv_heads, kvh = blockIdx.x;
-  const SlotOf<kFast> slot_of(group);
+  // kTight: the GQA group and its SlotOf multiplier from the host (no division sequences).
+  const int32_t hd = kFast ? 32 * kDimLanes : s.head_dim;
+  const int32_t group = kTight ? host_group : s.num_heads / s.num_kv_heads, kvh = blockIdx.x;
+  const SlotOf<kFast> slot_of = kTight ? SlotOf<kFast>(host_group, host_magic) : SlotOf<kFast>(group);
   T* sv = reinterpret_cast<T*>(staged_values);  // [C][hd] of the storage type (16-byte rows)
   T* sk = sv + C * hd;                           // stage_keys: [C][hd] keys, else empty
   float* sq = reinterpret_cast<float*>(sk + (stage_keys ? C * hd : 0));  // [max_slots][hd]
@@ -382,15 +453,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       for (Index i = tid; i < Index(t.count_max) * vecs; i += kFastThreads)
         copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
     };
-    // prefetch_keys: one 128-byte line of the chunk's keys a thread (after locate_rows'
-    // barrier).
-    const auto prefetch_key_rows = [&] {
-      constexpr int kLines = 32 * kDimLanes * static_cast<int>(sizeof(T)) / 128 > 0
-                                 ? 32 * kDimLanes * static_cast<int>(sizeof(T)) / 128
-                                 : 1;
-      const int row = tid / kLines;
-      if (row < t.count_max) prefetch_l2(reinterpret_cast<const char*>(krow[row]) + (tid % kLines) * 128);
-    };
+
     if constexpr (kFast) {
       // A chunk of settled pool keys: its rows located and its copies (BF16 keys, values)
       // issued before waiting for the kernel before, then the queries. (FP32 keys load into
@@ -403,7 +466,6 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       locate_rows();
       if (!early) load_queries();
       __syncthreads();
-      if (prefetch_keys) prefetch_key_rows();
       if (stage_keys) stage_key_rows();
       stage_value_rows();
       if (early && !waited) {
@@ -482,6 +544,29 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       store_slot_stats(s, b, red, red2, tid, t.row0 + t.first + slot_of.row(tid),
                        int64_t{kvh} * group + slot_of.head(tid), t.chunk);
 
+    if constexpr (kTight) {
+      // Value sums: thread (part, quad) runs the chains of dims 4 quad .. 4 quad + 3 of the
+      // slots part, part + parts, ... (at most kQuadSlots each: 7 warps of 3 or 2 slots for
+      // the 8B shape's 20, a warp's lanes all one part at head_dim 128): a quarter fewer
+      // instructions than the pairs (values a 16-byte load for up to 3 slots).
+      const unsigned quads = hd / 4;
+      const int parts = min(static_cast<int>(kFastThreads / quads), (slots + kQuadSlots - 1) / kQuadSlots);
+      const int vpart = static_cast<int>(static_cast<unsigned>(tid) / quads);
+      if (vpart < parts) {
+        const int d = 4 * static_cast<int>(static_cast<unsigned>(tid) % quads);
+        const int32_t mine = (slots - vpart + parts - 1) / parts;
+        for (int32_t i0 = 0; i0 < mine; i0 += kQuadSlots) {
+          int32_t slot[kQuadSlots];
+#pragma unroll
+          for (int i = 0; i < kQuadSlots; ++i) slot[i] = vpart + (i0 + i) * parts;
+          with_count<kQuadSlots>(mine - i0, [&](auto k) {
+            window_quad_chains<decltype(k)::value>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
+          });
+        }
+      }
+      __syncthreads();  // the next task reuses the shared memory
+      continue;
+    }
     if constexpr (kPaired) {
       // Value sums: thread (part, pair) runs the chains of dims 2 pair, 2 pair + 1 of the
       // slots part, part + parts, ..., up to kPairSlots at a time.
@@ -547,9 +632,6 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
       paired && sizeof(T) == 2 && aligned16(pool.k) && aligned16(b.k) && aligned16(pool.ring_k);
   const size_t bytes = size_t{C} * s.head_dim * sizeof(T) * (stage_keys ? 2 : 1) +
                        size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps) * sizeof(float);
-  // Variant bit 256 (with the fast build): the chunk's keys prefetched to L2 where they are
-  // read from global memory (not staged).
-  const bool prefetch_keys = fast && !stage_keys && (variant & kAttentionWindowPrefetch) != 0;
   auto* kernel = tight    ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true, true>
                                   : attention_window_kernel<kDimLanes, false, true, T, true, true>)
                  : fast   ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true>
@@ -561,7 +643,8 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   cudaError_t e = allow_dynamic_shared(kernel, bytes);
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
-                                      true, s, pool, b, rows_per_group, max_slots, stage_keys, prefetch_keys);
+                                      true, s, pool, b, rows_per_group, max_slots, stage_keys, group,
+                                      SlotOf<true>::magic_of(group));
   if (e != cudaSuccess) return e;
   // Variant bit 1 (attention.h): a block per (row, query head) merges instead.
   if ((variant & kAttentionHeadMerge) != 0) return launch_head_merge(s, b, outb, stream);
