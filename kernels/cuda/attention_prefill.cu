@@ -28,6 +28,7 @@
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_paths.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/vec.cuh"
 
 namespace specpipe::cuda::attention_detail {
 namespace {
@@ -44,27 +45,6 @@ static_assert(kPrefillThreads / 32 == 8 && 4 * kValueSlots == kPrefillSlots && k
 
 /// -1 until read from SPECPIPE_ATTENTION_PREFILL (attention.h).
 std::atomic<int> prefill_state{-1};
-
-/// kN (2 or 4) floats of shared memory at p (4 * kN-byte aligned), one load.
-template <int kN>
-__device__ __forceinline__ void load_vec(const float* p, float (&v)[kN]) {
-  static_assert(kN == 2 || kN == 4);
-  if constexpr (kN == 4) {
-    const float4 x = *reinterpret_cast<const float4*>(p);
-    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-  } else {
-    const float2 x = *reinterpret_cast<const float2*>(p);
-    v[0] = x.x, v[1] = x.y;
-  }
-}
-
-/// kN (2 or 4) floats to shared memory at p (4 * kN-byte aligned), one store.
-template <int kN>
-__device__ __forceinline__ void store_vec(float* p, const float (&v)[kN]) {
-  static_assert(kN == 2 || kN == 4);
-  if constexpr (kN == 4) *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
-  else *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
-}
 
 /// 16 bytes of K/V elements as floats (exact) to shared memory at p (16-byte aligned).
 template <class T>

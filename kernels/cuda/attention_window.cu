@@ -9,6 +9,7 @@
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_paths.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/vec.cuh"
 
 namespace specpipe::cuda::attention_detail {
 namespace {
@@ -195,6 +196,20 @@ __device__ inline void window_pair_chains(const AttentionShape& s, const Attenti
   }
 }
 
+/// Thread vpart of `parts` in the value sums runs its chains for the slots vpart, vpart +
+/// parts, ..., kMaxSlots at a time: chains(std::integral_constant<int, K>{}, slot) with
+/// K (<= kMaxSlots) slots in slot[0..K).
+template <int kMaxSlots, class Chains>
+__device__ inline void for_part_slots(int32_t slots, int parts, int vpart, Chains&& chains) {
+  const int32_t mine = (slots - vpart + parts - 1) / parts;
+  for (int32_t i0 = 0; i0 < mine; i0 += kMaxSlots) {
+    int32_t slot[kMaxSlots];
+#pragma unroll
+    for (int i = 0; i < kMaxSlots; ++i) slot[i] = vpart + (i0 + i) * parts;
+    with_count<kMaxSlots>(mine - i0, [&](auto k) { chains(k, slot); });
+  }
+}
+
 /// Slots a thread of variant bit 32's value sums runs the chains of (2 dims each).
 constexpr int kPairSlots = 6;
 
@@ -266,25 +281,6 @@ __device__ inline void window_quad_chains(const AttentionShape& s, const Attenti
 #pragma unroll
     for (int e = 0; e < 4; ++e) rec[e] = a[i][e];
   }
-}
-
-/// Variant bit 128: a lane's kDimLanes query dims (l, l + 32, ...) stored side by side, so
-/// the score passes read them with one 8- or 16-byte shared-memory load.
-template <int kDimLanes>
-__device__ inline void load_lane_dims(const float* at, float (&q)[kDimLanes]) {
-  static_assert(kDimLanes == 2 || kDimLanes == 4);
-  if constexpr (kDimLanes == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(at);
-    q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
-  } else {
-    const float2 v = *reinterpret_cast<const float2*>(at);
-    q[0] = v.x, q[1] = v.y;
-  }
-}
-template <int kDimLanes>
-__device__ inline void store_lane_dims(float* at, const float (&q)[kDimLanes]) {
-  if constexpr (kDimLanes == 4) *reinterpret_cast<float4*>(at) = make_float4(q[0], q[1], q[2], q[3]);
-  else *reinterpret_cast<float2*>(at) = make_float2(q[0], q[1]);
 }
 
 /// Grid (kv head, max_chunks): block y takes tasks y, y + max_chunks, ... of the batch's
@@ -426,7 +422,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
             for (int d = 0; d < kDimLanes; ++d) qv[d] = 0.0f;
           }
           const int sxl = kLean ? (l >> 1) & 3 : l & 3;
-          store_lane_dims(sq + ((sl & ~3) + ((sl & 3) ^ sxl)) * hd + l * kDimLanes, qv);
+          store_vec(sq + ((sl & ~3) + ((sl & 3) ^ sxl)) * hd + l * kDimLanes, qv);
         }
       } else {
         for (int i = tid; i < slots * hd; i += kFastThreads) {
@@ -508,7 +504,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
 #pragma unroll
           for (int s4 = 0; s4 < 4; ++s4) {
             float qreg[kDimLanes];
-            load_lane_dims(qs + s4 * hd, qreg);
+            load_vec(qs + s4 * hd, qreg);
 #pragma unroll
             for (int u2 = 0; u2 < kPassKeys; ++u2) {
               float dot = 0.0f;
@@ -554,15 +550,9 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       const int vpart = static_cast<int>(static_cast<unsigned>(tid) / quads);
       if (vpart < parts) {
         const int d = 4 * static_cast<int>(static_cast<unsigned>(tid) % quads);
-        const int32_t mine = (slots - vpart + parts - 1) / parts;
-        for (int32_t i0 = 0; i0 < mine; i0 += kQuadSlots) {
-          int32_t slot[kQuadSlots];
-#pragma unroll
-          for (int i = 0; i < kQuadSlots; ++i) slot[i] = vpart + (i0 + i) * parts;
-          with_count<kQuadSlots>(mine - i0, [&](auto k) {
-            window_quad_chains<decltype(k)::value>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
-          });
-        }
+        for_part_slots<kQuadSlots>(slots, parts, vpart, [&](auto k, const int32_t* slot) {
+          window_quad_chains<decltype(k)::value>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
+        });
       }
       __syncthreads();  // the next task reuses the shared memory
       continue;
@@ -577,15 +567,9 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       const int vpart = tid / pairs;
       if (vpart < parts) {
         const int d = 2 * (tid % pairs);
-        const int32_t mine = (slots - vpart + parts - 1) / parts;
-        for (int32_t i0 = 0; i0 < mine; i0 += kPairSlots) {
-          int32_t slot[kPairSlots];
-#pragma unroll
-          for (int i = 0; i < kPairSlots; ++i) slot[i] = vpart + (i0 + i) * parts;
-          with_count<kPairSlots>(mine - i0, [&](auto k) {
-            window_pair_chains<decltype(k)::value>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
-          });
-        }
+        for_part_slots<kPairSlots>(slots, parts, vpart, [&](auto k, const int32_t* slot) {
+          window_pair_chains<decltype(k)::value>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
+        });
       }
       __syncthreads();  // the next task reuses the shared memory
       continue;
