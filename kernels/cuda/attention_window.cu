@@ -151,39 +151,69 @@ struct SlotOf {
   __device__ int32_t head(int32_t sl) const { return sl - row(sl) * group; }
 };
 
-/// Variant bit 32's value sums: 2K chains, dims d and d + 1 of the slots `slot[i]`, each
-/// fmaf(p, v, acc) over its row's keys in ascending order as window_value_chains' (the
-/// common keys four at a time, then the rows' own ends one by one), each staged value pair
-/// read once for all K slots (one 8-byte FP32 or 4-byte BF16 load) and the numerators 4
-/// keys a 16-byte load.
-template <int K, class T, bool kFast>
-__device__ inline void window_pair_chains(const AttentionShape& s, const AttentionBatch& b, const WindowTask& t,
-                                          int32_t kvh, SlotOf<kFast> slot_of, int32_t hd, int d, const int32_t* slot,
-                                          const T* sv, const float* sp) {
-  float a0[K], a1[K];
+/// kDims staged values (dims d.. of one key) widened to FP32 with one shared-memory load: 2
+/// (an 8-byte FP32 or 4-byte BF16 load, value_pair) or 4 (16-byte FP32, 8-byte BF16).
+template <int kDims>
+__device__ inline void value_dims(const float* at, float (&v)[kDims]) {
+  load_vec(at, v);
+}
+template <int kDims>
+__device__ inline void value_dims(const uint16_t* at, float (&v)[kDims]) {
+  static_assert(kDims == 2 || kDims == 4);
+  if constexpr (kDims == 2) {
+    const float2 p = value_pair(at);
+    v[0] = p.x, v[1] = p.y;
+  } else {
+    const uint2 w = *reinterpret_cast<const uint2*>(at);
+    v[0] = kv_float(static_cast<uint16_t>(w.x & 0xffffu)), v[1] = kv_float(static_cast<uint16_t>(w.x >> 16));
+    v[2] = kv_float(static_cast<uint16_t>(w.y & 0xffffu)), v[3] = kv_float(static_cast<uint16_t>(w.y >> 16));
+  }
+}
+
+/// The value sums of the paired build (variant bit 32: kDims 2) and the tight one (bit 128:
+/// kDims 4): K x kDims chains, dims d.. d + kDims - 1 of the slots `slot[i]`, each fmaf(p, v,
+/// acc) over its row's keys in ascending order as window_value_chains' (the common keys four
+/// at a time, then the rows' own ends one by one); each staged value group is read once for
+/// all K slots (value_dims) and the numerators 4 keys a 16-byte load (with kDims 4 at head_dim
+/// 128, the same address for a warp's lanes: a broadcast).
+template <int K, int kDims, class T, bool kFast>
+__device__ inline void window_dim_chains(const AttentionShape& s, const AttentionBatch& b, const WindowTask& t,
+                                         int32_t kvh, SlotOf<kFast> slot_of, int32_t hd, int d, const int32_t* slot,
+                                         const T* sv, const float* sp) {
+  float a[K][kDims];
   const float* pr[K];
 #pragma unroll
   for (int i = 0; i < K; ++i) {
-    a0[i] = 0.0f;
-    a1[i] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kDims; ++e) a[i][e] = 0.0f;
     pr[i] = sp + slot[i] * kScoreStride;
   }
   int32_t jl = 0;
 #pragma unroll 2
   for (; jl + 4 <= t.count_min; jl += 4) {
-    float2 v[4];
+    float v[4][kDims];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = value_pair(sv + (jl + u) * hd + d);
+    for (int u = 0; u < 4; ++u) value_dims(sv + (jl + u) * hd + d, v[u]);
 #pragma unroll
-    for (int i = 0; i < K; ++i) pair_steps(*reinterpret_cast<const float4*>(pr[i] + jl), v, a0[i], a1[i]);
+    for (int i = 0; i < K; ++i) {
+      const float4 p = *reinterpret_cast<const float4*>(pr[i] + jl);
+      const float p4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int e = 0; e < kDims; ++e) a[i][e] = fmaf(p4[u], v[u][e], a[i][e]);
+      }
+    }
   }
   for (; jl < t.count_max; ++jl) {
-    const float2 vv = value_pair(sv + jl * hd + d);
+    float vv[kDims];
+    value_dims(sv + jl * hd + d, vv);
 #pragma unroll
     for (int i = 0; i < K; ++i)
       if (jl < t.count(t.first + slot_of.row(slot[i]))) {
-        a0[i] = fmaf(pr[i][jl], vv.x, a0[i]);
-        a1[i] = fmaf(pr[i][jl], vv.y, a1[i]);
+        const float p = pr[i][jl];
+#pragma unroll
+        for (int e = 0; e < kDims; ++e) a[i][e] = fmaf(p, vv[e], a[i][e]);
       }
   }
 #pragma unroll
@@ -191,8 +221,8 @@ __device__ inline void window_pair_chains(const AttentionShape& s, const Attenti
     const int32_t row = t.row0 + t.first + slot_of.row(slot[i]);
     const int64_t h = int64_t{kvh} * slot_of.group + slot_of.head(slot[i]);
     float* rec = b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + t.chunk) * (hd + 2) + 2 + d;
-    rec[0] = a0[i];
-    rec[1] = a1[i];
+#pragma unroll
+    for (int e = 0; e < kDims; ++e) rec[e] = a[i][e];
   }
 }
 
@@ -216,73 +246,6 @@ constexpr int kPairSlots = 6;
 /// Slots a thread of the tight build's value sums runs the chains of (4 dims each).
 constexpr int kQuadSlots = 3;
 
-/// Four staged values (dims d..d + 3 of one key) widened to FP32: one 16-byte (FP32) or
-/// 8-byte (BF16) shared-memory load.
-__device__ inline float4 value_quad(const float* at) { return *reinterpret_cast<const float4*>(at); }
-__device__ inline float4 value_quad(const uint16_t* at) {
-  const uint2 w = *reinterpret_cast<const uint2*>(at);
-  return {kv_float(static_cast<uint16_t>(w.x & 0xffffu)), kv_float(static_cast<uint16_t>(w.x >> 16)),
-          kv_float(static_cast<uint16_t>(w.y & 0xffffu)), kv_float(static_cast<uint16_t>(w.y >> 16))};
-}
-
-/// The tight build's value sums: 4K chains, dims d..d + 3 of the slots `slot[i]`, each
-/// fmaf(p, v, acc) over its row's keys in ascending order as window_pair_chains' (the common
-/// keys four at a time, then the rows' own ends one by one); each staged value quad is read
-/// once for all K slots, the numerators 4 keys a 16-byte load (the same address for a
-/// warp's lanes: a broadcast).
-template <int K, class T, bool kFast>
-__device__ inline void window_quad_chains(const AttentionShape& s, const AttentionBatch& b, const WindowTask& t,
-                                          int32_t kvh, SlotOf<kFast> slot_of, int32_t hd, int d, const int32_t* slot,
-                                          const T* sv, const float* sp) {
-  float a[K][4];
-  const float* pr[K];
-#pragma unroll
-  for (int i = 0; i < K; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) a[i][e] = 0.0f;
-    pr[i] = sp + slot[i] * kScoreStride;
-  }
-  int32_t jl = 0;
-#pragma unroll 2
-  for (; jl + 4 <= t.count_min; jl += 4) {
-    float4 v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = value_quad(sv + (jl + u) * hd + d);
-#pragma unroll
-    for (int i = 0; i < K; ++i) {
-      const float4 p = *reinterpret_cast<const float4*>(pr[i] + jl);
-      const float p4[4] = {p.x, p.y, p.z, p.w};
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        a[i][0] = fmaf(p4[u], v[u].x, a[i][0]);
-        a[i][1] = fmaf(p4[u], v[u].y, a[i][1]);
-        a[i][2] = fmaf(p4[u], v[u].z, a[i][2]);
-        a[i][3] = fmaf(p4[u], v[u].w, a[i][3]);
-      }
-    }
-  }
-  for (; jl < t.count_max; ++jl) {
-    const float4 vv = value_quad(sv + jl * hd + d);
-#pragma unroll
-    for (int i = 0; i < K; ++i)
-      if (jl < t.count(t.first + slot_of.row(slot[i]))) {
-        const float p = pr[i][jl];
-        a[i][0] = fmaf(p, vv.x, a[i][0]);
-        a[i][1] = fmaf(p, vv.y, a[i][1]);
-        a[i][2] = fmaf(p, vv.z, a[i][2]);
-        a[i][3] = fmaf(p, vv.w, a[i][3]);
-      }
-  }
-#pragma unroll
-  for (int i = 0; i < K; ++i) {
-    const int32_t row = t.row0 + t.first + slot_of.row(slot[i]);
-    const int64_t h = int64_t{kvh} * slot_of.group + slot_of.head(slot[i]);
-    float* rec = b.workspace + ((int64_t{row} * s.num_heads + h) * b.max_chunks + t.chunk) * (hd + 2) + 2 + d;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) rec[e] = a[i][e];
-  }
-}
-
 /// Grid (kv head, max_chunks): block y takes tasks y, y + max_chunks, ... of the batch's
 /// (group, chunk) tasks (groups: a window's rows cut into runs of rows_per_group), so a
 /// single window launches no more blocks than decode. Dynamic shared memory: the staged
@@ -293,7 +256,7 @@ __device__ inline void window_quad_chains(const AttentionShape& s, const Attenti
 /// kPaired (variant bit 32): the same numbers with fewer instructions. Each lane loads its
 /// keys and slots in an order permuted by its lane bits, so reduce_scatter_xor needs no
 /// selects; thread (part, pair) runs the value chains of dims 2 pair, 2 pair + 1 for the
-/// slots part, part + parts, ... (window_pair_chains); with stage_keys (BF16, 16-byte aligned
+/// slots part, part + parts, ... (window_dim_chains); with stage_keys (BF16, 16-byte aligned
 /// rows) the chunk's keys are copied to shared memory by cp.async (after the values' room)
 /// and scored from there instead of 2-byte global loads a lane.
 ///
@@ -317,7 +280,7 @@ __device__ inline void window_quad_chains(const AttentionShape& s, const Attenti
 /// kDimLanes loads with clamped addresses (the slots padded to a multiple of 4 with zeros,
 /// whose dots are never stored); a score's "the row sees this key" test is one comparison
 /// of the slot's row with a bound computed once a pass; the value sums run 4 dims x up to
-/// kQuadSlots slots a thread (window_quad_chains: a value quad loaded once for 3 slots, the
+/// kQuadSlots slots a thread (window_dim_chains: a value quad loaded once for 3 slots, the
 /// numerators a broadcast); the staging and query loops index unsigned (shifts, not
 /// signed-division sequences); the GQA group and its SlotOf multiplier come from the host.
 /// Each dot is still fmaf over d = 0, 1, ... from 0, reduced by the same
@@ -551,7 +514,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       if (vpart < parts) {
         const int d = 4 * static_cast<int>(static_cast<unsigned>(tid) % quads);
         for_part_slots<kQuadSlots>(slots, parts, vpart, [&](auto k, const int32_t* slot) {
-          window_quad_chains<decltype(k)::value>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
+          window_dim_chains<decltype(k)::value, 4>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
         });
       }
       __syncthreads();  // the next task reuses the shared memory
@@ -568,7 +531,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       if (vpart < parts) {
         const int d = 2 * (tid % pairs);
         for_part_slots<kPairSlots>(slots, parts, vpart, [&](auto k, const int32_t* slot) {
-          window_pair_chains<decltype(k)::value>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
+          window_dim_chains<decltype(k)::value, 2>(s, b, t, kvh, slot_of, hd, d, slot, sv, sp);
         });
       }
       __syncthreads();  // the next task reuses the shared memory
