@@ -3,7 +3,7 @@
 # specpipe_cuda_check, specpipe_gpu_generate): the attention variants (kernels/cuda/attention.h,
 # SPECPIPE_ATTENTION_VARIANT: bit 1 the head merge, bit 2 BF16 keys staged by cp.async, bit 4
 # the chunk kernel built for two blocks an SM, bit 8 its lean scores and value sums, bit 16
-# that for three blocks an SM, bit 32 the window kernel's paired build, bit 64 its fast build)
+# that for three blocks an SM, bit 32 the window kernel's paired build, bit 64 its fast build, bit 128 its tight build)
 # checked, then timed against each other and against an
 # earlier build (BASE_BUNDLE) in one call.
 #   1. the chunk kernels' registers, shared memory and spills as built (cuobjdump; those
