@@ -19,8 +19,14 @@ void PluginVerifyPlanner::plan(std::span<const PlanSequence> sequences, const Pl
     std::vector<specpipe_plan_sequence> in;
     for (const PlanSequence& s : sequences)
       in.push_back({s.request, s.gamma, std::max(0, s.gamma_cap), s.context_length});
-    const specpipe_plan_costs c{sizeof(specpipe_plan_costs), costs.draft_step_ms, costs.verify_base_ms,
-                                costs.verify_token_ms, costs.token_budget, costs.draft_base_ms};
+    const specpipe_plan_costs c{sizeof(specpipe_plan_costs),
+                                costs.draft_step_ms,
+                                costs.verify_base_ms,
+                                costs.verify_token_ms,
+                                costs.token_budget,
+                                costs.draft_base_ms,
+                                costs.round_ms_by_gamma.empty() ? nullptr : costs.round_ms_by_gamma.data(),
+                                static_cast<int32_t>(costs.round_ms_by_gamma.size())};
     std::fill(gamma.begin(), gamma.end(), -1);
     const specpipe_status s = plugin_->call("plan", [&](char* err, size_t n) {
       return plugin_->table().verify_plan->plan(plugin_->handle(), in.data(), static_cast<int32_t>(in.size()), &c,
@@ -105,6 +111,11 @@ void CostModel::add_round(const RoundSample& r) {
   if (r.draft_steps > 0) draft_.add(r.draft_steps, r.draft_ms);
   verify_.add(static_cast<double>(r.window_tokens), r.verify_ms);
   if (r.sequences <= 0) return;
+  if (r.sequences == 1 && r.draft_steps <= kOneMaxGamma && r.wall_ms > 0) {
+    OneLength& l = one_[static_cast<size_t>(std::max(0, r.draft_steps))];
+    l.last = ++one_rounds_;
+    if (l.seen++ >= kOneSkipped) l.wall_ms[(l.seen - kOneSkipped - 1) % kOneKept] = r.wall_ms;
+  }
   Bucket& b = buckets_[bucket_of(r.sequences)];
   b.verify.add(static_cast<double>(r.window_tokens), r.verify_ms);
   if (!(r.wall_ms > 0)) return;
@@ -130,6 +141,19 @@ namespace {
 template <typename It, typename Ms>
 double usual_ms(It first, size_t count, Ms ms) {
   return ms(*(first + static_cast<std::ptrdiff_t>((count - 1) / 3)));
+}
+
+/// What a round of one shape typically costs, from a few wall times: the mean of those
+/// within twice the least. Not the lower third: at one sequence rounds of one draft
+/// length differ by what they are (a draft-ahead chain taken or missed, its drafts
+/// accepted or not), and the mean of those is what the length costs; a shape's first
+/// rounds (eager, a graph's capture: several times a round) are what is left out.
+double typical_ms(std::span<const double> walls) {
+  const double least = *std::min_element(walls.begin(), walls.end());
+  double sum = 0, count = 0;
+  for (const double ms : walls)
+    if (ms <= 2 * least) sum += ms, count += 1;
+  return sum / count;
 }
 
 /// Calls fn(first, count) for each run of one draft length among the first `kept` of `at`
@@ -315,6 +339,21 @@ PlanCosts CostModel::costs(int32_t sequences, int32_t token_budget) const {
   }
   c.verify_token_ms = t;
   c.verify_base_ms = std::max(0.0, plain - t * n);
+  if (sequences == 1) {
+    // Per draft length, measured (index 0 is plain): kUsualRounds rounds past its first
+    // sightings, the last of them recent.
+    const auto given = [&](const OneLength& l) {
+      return l.seen >= kOneSkipped + kUsualRounds && one_rounds_ - l.last < kOneFresh;
+    };
+    size_t top = 0;
+    for (size_t g = 0; g < one_.size(); ++g)
+      if (given(one_[g])) top = g + 1;
+    c.round_ms_by_gamma.assign(top, 0.0);
+    for (size_t g = 0; g < top; ++g)
+      if (const OneLength& l = one_[g]; given(l))
+        c.round_ms_by_gamma[g] =
+            typical_ms(std::span<const double>(l.wall_ms).first(std::min(l.seen - kOneSkipped, kOneKept)));
+  }
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "pipeline/drafter.h"
 #include "pipeline/plugin_instance.h"
@@ -37,6 +38,11 @@ struct PlanCosts {
   /// cost (on a device its sync and catch-up window) and the round's extra host work.
   /// Speculation off for the whole batch saves it.
   double draft_base_ms = 0;
+  /// A batch of one sequence only: what a round that drafted g tokens usually costs end to
+  /// end, [g] for g = 0 (plain) up; 0 where fewer than CostModel::kUsualRounds were seen.
+  /// On a device the line above cannot follow it: the first draft pays the drafter's
+  /// launch, and a long draft-ahead chain outruns the verify forward beside it.
+  std::vector<double> round_ms_by_gamma;
 };
 
 struct PlanObservation {
@@ -163,6 +169,17 @@ class CostModel {
   /// Rounds of one draft length a drafting line needs before it counts that length: a
   /// shape's first two rounds on a device run eagerly and capture a CUDA graph.
   static constexpr size_t kUsualRounds = 3;
+  /// Rounds of one sequence kept per draft length (g = 0 .. kOneMaxGamma), for
+  /// PlanCosts::round_ms_by_gamma, after the first kOneSkipped of each length: at one
+  /// sequence on a device a draft length brings several new shapes (its verify window,
+  /// the chain's catch-up windows), each run eagerly and then captured, and on an H100 a
+  /// length read from its first 3 rounds cost 0.86 ms where it costs 0.3-0.4.
+  static constexpr size_t kOneKept = 8;
+  static constexpr size_t kOneSkipped = 8;
+  static constexpr int32_t kOneMaxGamma = 16;
+  /// A length not drafted in this many rounds of one sequence is not given: its rounds may
+  /// have been a stall's, and a length that looks dear is not tried again otherwise.
+  static constexpr uint64_t kOneFresh = 256;
 
  private:
   struct PlainRound {
@@ -206,6 +223,16 @@ class CostModel {
   /// larger), or null.
   const Bucket* nearest_drafting(size_t k) const;
   double token_ms(const Bucket& b, const PlanCosts& pooled) const;
+
+  /// The last rounds of one sequence by draft length (a ring each), whole: at batch 1 a
+  /// draft length is a window length, and what a round costs is read per length.
+  struct OneLength {
+    std::array<double, kOneKept> wall_ms{};
+    size_t seen = 0;        // rounds of this length so far, the skipped ones included
+    uint64_t last = 0;      // one_rounds_ at its last round
+  };
+  std::array<OneLength, kOneMaxGamma + 1> one_{};
+  uint64_t one_rounds_ = 0;  // rounds of one sequence so far
 
   RecentLine draft_;   // draft_ms ~ fixed + per step * draft_steps (rounds that drafted)
   RecentLine verify_;  // verify_ms ~ base + per token * window_tokens

@@ -41,7 +41,9 @@ extern "C" {
  *  treats later fields as NULL, so a plugin built for an older minor version still
  *  loads. 1.0: kv_write, verify_plan. 1.1: verify_view (table field appended). 1.2:
  *  specpipe_plan_costs.draft_base_ms (appended; read up to the host's struct_size). 1.3:
- *  specpipe_view_decision.refresh may be SPECPIPE_REFRESH_BY_MASS (a 1.2 host refuses it). */
+ *  specpipe_view_decision.refresh may be SPECPIPE_REFRESH_BY_MASS (a 1.2 host refuses it);
+ *  specpipe_plan_costs.round_ms_by_gamma and its count (appended; read up to the host's
+ *  struct_size). */
 #define SPECPIPE_PLUGIN_ABI_MINOR_VERSION 3u
 
 #if defined(_WIN32)
@@ -176,6 +178,13 @@ typedef struct specpipe_plan_costs {
   double draft_base_ms;   /* (ABI 1.2) what a round pays once any sequence drafts: the
                              drafter's fixed cost per round (its sync, its catch-up, the
                              round's extra host work) */
+  /* (ABI 1.3) For a batch of one sequence: what a round that drafted g tokens usually
+   * costs end to end, measured, for g in [0, round_ms_by_gamma_count); 0 where not
+   * measured. On a device the line above misses how drafting's cost bends with g (the
+   * first draft pays the drafter's launch; a long chain drafting ahead outruns the
+   * verify forward it runs beside). NULL with count 0 otherwise. Borrowed for the call. */
+  const double* round_ms_by_gamma;
+  int32_t round_ms_by_gamma_count;
 } specpipe_plan_costs;
 
 /** What happened to one sequence in the last round. */

@@ -15,7 +15,8 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kKnownKeys =
-    "prior_acceptance, prior_weight, probe_interval, probe_rounds, max_gamma, min_gain, memory_rounds, switch_gain";
+    "prior_acceptance, prior_weight, probe_interval, probe_rounds, max_gamma, min_gain, memory_rounds, switch_gain, "
+    "costs_by_gamma, single_switch_gain";
 
 std::string show(double v) {
   char buf[32];
@@ -106,6 +107,11 @@ ScvConfig parse_scv_config(std::string_view text, int32_t model_max_gamma) {
       config.memory_rounds = integer_in(key, value, 1, 1 << 30, "an integer >= 1");
     } else if (key == "switch_gain") {
       config.switch_gain = real_in(key, value, 0, 1e12, false, "a number >= 0");
+    } else if (key == "single_switch_gain") {
+      config.single_switch_gain = real_in(key, value, 0, 1e12, false, "a number >= 0");
+    } else if (key == "costs_by_gamma") {
+      if (!value.is_boolean()) refuse(key, "must be true or false, got " + kind_of(value));
+      config.costs_by_gamma = value.get<bool>();
     } else {
       refuse(key, std::string("unknown (known keys: ") + kKnownKeys + ")");
     }

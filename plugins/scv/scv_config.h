@@ -19,6 +19,12 @@ struct ScvConfig {
   double min_gain = 0.01;         ///< >= 0: relative improvement a step must bring
   int32_t memory_rounds = 16;     ///< >= 1: rounds of a sequence's evidence that count
   double switch_gain = 0.03;      ///< >= 0: what another largest gamma must gain over the last round's
+  /// One sequence: plan by the host's measured round cost per gamma where it gives them
+  /// (ABI 1.3); false: the line alone, as before (an A/B on a device).
+  bool costs_by_gamma = true;
+  /// >= 0: switch_gain for one sequence planned by its measured rounds (see
+  /// PlannerOptions::single_switch_gain).
+  double single_switch_gain = 0.2;
 };
 
 /// Parses and validates `json` (empty text: all defaults; max_gamma defaults to

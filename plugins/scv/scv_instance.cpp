@@ -39,6 +39,16 @@ RoundCosts costs_from_abi(const specpipe_plan_costs& c) {
   }
   if (has_field<double>(c.struct_size, offsetof(specpipe_plan_costs, draft_base_ms)))
     out.draft_base_ms = non_negative_cost(c.draft_base_ms, "draft_base_ms");
+  if (has_field<int32_t>(c.struct_size, offsetof(specpipe_plan_costs, round_ms_by_gamma_count))) {
+    // A round's cost per gamma is bounded by the gammas a plan can have (the ABI's 0..1024).
+    constexpr int32_t kMaxCount = 1025;
+    const int32_t count = c.round_ms_by_gamma_count;
+    if (count < 0 || count > kMaxCount || (count > 0 && !c.round_ms_by_gamma))
+      throw invalid_argument("scv: plan: costs.round_ms_by_gamma_count " + std::to_string(count) +
+                             (count > 0 && !c.round_ms_by_gamma ? " with a NULL round_ms_by_gamma" : " out of [0, 1025]"));
+    for (int32_t g = 0; g < count; ++g)
+      out.round_ms_by_gamma.push_back(non_negative_cost(c.round_ms_by_gamma[g], "round_ms_by_gamma"));
+  }
   return out;
 }
 
@@ -53,8 +63,10 @@ void ScvInstance::log(int32_t level, const std::string& message) const {
   host_->log(host_->host, level, message.c_str());
 }
 
-void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const RoundCosts& costs,
+void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const RoundCosts& given,
                        std::span<int32_t> gamma) {
+  RoundCosts costs = given;
+  if (!config_.costs_by_gamma) costs.round_ms_by_gamma.clear();
   for (size_t i = 0; i < sequences.size(); ++i)
     if (sequences[i].max_gamma < 0)
       throw invalid_argument("scv: plan: sequences[" + std::to_string(i) + "] (sequence " +
@@ -69,7 +81,8 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
     windows_[i] = WindowRequest{tracker_.estimate(sequences[i].sequence),
                                 std::min(sequences[i].max_gamma, config_.max_gamma),
                                 sequences[i].requested_gamma};
-  RoundPlan plan = plan_round(windows_, costs, PlannerOptions{config_.min_gain, previous_max_gamma_, config_.switch_gain});
+  RoundPlan plan = plan_round(windows_, costs, PlannerOptions{config_.min_gain, previous_max_gamma_, config_.switch_gain,
+                                                                   config_.single_switch_gain});
   const int32_t previous = previous_max_gamma_;
   // The planned largest gamma, probes aside: what the next round's hysteresis keeps.
   previous_max_gamma_ = *std::max_element(plan.gamma.begin(), plan.gamma.end());
@@ -157,7 +170,13 @@ void ScvInstance::trace(std::span<const specpipe_plan_sequence> sequences, const
                 plan.measured ? "" : " (costs unmeasured)", costs.draft_step_ms, costs.draft_base_ms,
                 costs.verify_base_ms, costs.verify_token_ms, plan.tokens_per_ms(), plan.plain_tokens_per_ms,
                 acceptance);
-  log(0, line);
+  std::string text = line;
+  // One sequence: the measured round by gamma (0 = not measured).
+  for (size_t g = 0; g < costs.round_ms_by_gamma.size(); ++g) {
+    std::snprintf(line, sizeof line, "%s%.3f", g == 0 ? "; round ms by gamma " : " ", costs.round_ms_by_gamma[g]);
+    text += line;
+  }
+  log(0, text);
 }
 
 void ScvInstance::observe(std::span<const specpipe_plan_observation> observations) {

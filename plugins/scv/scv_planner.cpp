@@ -115,6 +115,63 @@ bool first_draft_pays(std::span<const WindowRequest> windows, const RoundCosts& 
   return best > 0 && best * cost > costs.verify_token_ms * (1 + min_gain) * n;
 }
 
+/// The round's cost by the line (RoundCosts' model).
+double line_cost_ms(const RoundCosts& costs, std::span<const int32_t> gamma) {
+  int64_t tokens = 0;
+  int32_t g_max = 0;
+  for (int32_t g : gamma) {
+    tokens += 1 + g;
+    g_max = std::max(g_max, g);
+  }
+  return (g_max > 0 ? costs.draft_base_ms : 0) + costs.draft_step_ms * g_max + costs.verify_base_ms +
+         costs.verify_token_ms * static_cast<double>(tokens);
+}
+
+/// One sequence's round cost at each gamma in [0, cap]: measured where round_ms_by_gamma
+/// has it; elsewhere the line, moved by the nearest measured gamma's difference from it
+/// (at one sequence on a device the line runs below every measured gamma: drafting's
+/// cost bends with g, which one line cannot follow, and an unmeasured gamma that looked
+/// free would be tried again and again).
+std::vector<double> one_sequence_costs(const RoundCosts& costs, int32_t cap) {
+  const auto line = [&](int32_t g) { return line_cost_ms(costs, std::span<const int32_t>(&g, 1)); };
+  const auto measured = [&](int32_t g) {
+    return g < static_cast<int32_t>(costs.round_ms_by_gamma.size()) && costs.round_ms_by_gamma[g] > 0;
+  };
+  std::vector<double> out(static_cast<size_t>(cap) + 1);
+  for (int32_t g = 0; g <= cap; ++g) {
+    if (measured(g)) {
+      out[g] = costs.round_ms_by_gamma[g];
+      continue;
+    }
+    int32_t near = -1;
+    for (int32_t d = 1; near < 0 && d < static_cast<int32_t>(costs.round_ms_by_gamma.size()) + cap; ++d) {
+      if (g - d >= 0 && measured(g - d)) near = g - d;
+      else if (measured(g + d)) near = g + d;
+    }
+    out[g] = line(g) + (near >= 0 ? std::max(0.0, costs.round_ms_by_gamma[near] - line(near)) : 0.0);
+  }
+  return out;
+}
+
+/// plan_round for one sequence whose rounds are measured by gamma: each gamma's expected
+/// tokens over its round's cost, the best (a larger gamma by min_gain; the previous one
+/// unless another beats it by single_switch_gain), within the token budget.
+int32_t plan_one(const WindowRequest& window, const RoundCosts& costs, const PlannerOptions& options,
+                 double min_gain) {
+  int32_t cap = std::max(window.cap, 0);
+  if (costs.token_budget > 0) cap = std::min(cap, costs.token_budget - 1);
+  const std::vector<double> cost = one_sequence_costs(costs, cap);
+  const auto rate = [&](int32_t g) { return cost[g] > 0 ? expected_tokens(window.acceptance, g) / cost[g] : 0.0; };
+  int32_t best = 0;
+  for (int32_t g = 1; g <= cap; ++g)
+    if (rate(g) > rate(best) * (1 + min_gain)) best = g;
+  const int32_t previous = options.previous_max_gamma;
+  if (previous >= 0 && previous <= cap && best != previous &&
+      rate(best) <= rate(previous) * (1 + options.single_switch_gain))
+    best = previous;
+  return best;
+}
+
 }  // namespace
 
 double expected_tokens(double acceptance, int32_t gamma) {
@@ -128,14 +185,11 @@ double expected_tokens(double acceptance, int32_t gamma) {
 }
 
 double round_cost_ms(const RoundCosts& costs, std::span<const int32_t> gamma) {
-  int64_t tokens = 0;
-  int32_t g_max = 0;
-  for (int32_t g : gamma) {
-    tokens += 1 + g;
-    g_max = std::max(g_max, g);
+  if (gamma.size() == 1 && !costs.round_ms_by_gamma.empty()) {
+    const int32_t g = std::max(gamma[0], 0);
+    return one_sequence_costs(costs, g)[static_cast<size_t>(g)];
   }
-  return (g_max > 0 ? costs.draft_base_ms : 0) + costs.draft_step_ms * g_max + costs.verify_base_ms +
-         costs.verify_token_ms * static_cast<double>(tokens);
+  return line_cost_ms(costs, gamma);
 }
 
 bool drafting_could_pay(const RoundCosts& costs, const RoundPlan& plan, int32_t cap) {
@@ -169,6 +223,8 @@ RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& c
     if (!plan.measured) {
       for (size_t i = 0; i < n; ++i) plan.gamma[i] = std::clamp(windows[i].requested, 0, std::max(windows[i].cap, 0));
       trim_to_budget(plan.gamma, budget);
+    } else if (n == 1 && !costs.round_ms_by_gamma.empty()) {
+      plan.gamma[0] = plan_one(windows[0], costs, options, options.min_gain > 0 ? options.min_gain : 0.0);
     } else if (const double min_gain = options.min_gain > 0 ? options.min_gain : 0.0;
                first_draft_pays(windows, costs, min_gain)) {
       const MeasuredPlanner planner(windows, costs, min_gain);

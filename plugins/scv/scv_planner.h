@@ -21,6 +21,9 @@ struct RoundCosts {
   double verify_token_ms = 0; ///< each window token's extra cost (slope)
   int32_t token_budget = 0;   ///< most window tokens per verify pass; 0 = unlimited
   double draft_base_ms = 0;   ///< paid once by a round in which any sequence drafts
+  /// A batch of one sequence: the measured cost of a round that drafted g tokens, [g] for
+  /// g = 0 up, 0 where not measured; empty if none (the host's ABI 1.3 field).
+  std::vector<double> round_ms_by_gamma;
 
   /// The verify side is what makes a round cost anything: with both verify terms at 0
   /// the host has not measured yet and the ratio is meaningless.
@@ -45,6 +48,11 @@ struct PlannerOptions {
   /// device's draft-ahead chain, captured graphs) is made for one draft length.
   int32_t previous_max_gamma = -1;
   double switch_gain = 0;
+  /// The same for one sequence planned by its measured rounds (RoundCosts::
+  /// round_ms_by_gamma): there a change also misses the draft-ahead chain and may bring
+  /// new shapes, and one sequence's acceptance estimate swings the optimum from round to
+  /// round.
+  double single_switch_gain = 0;
 };
 
 /// The chosen gammas and what the model predicts for them.
@@ -62,7 +70,8 @@ struct RoundPlan {
 /// a = 1, 1 when a = 0).
 double expected_tokens(double acceptance, int32_t gamma);
 
-/// The modelled cost of a round with these gammas.
+/// The modelled cost of a round with these gammas (for one sequence with round_ms_by_gamma:
+/// its measured cost, see plan_round).
 double round_cost_ms(const RoundCosts& costs, std::span<const int32_t> gamma);
 
 /// Whether one sequence now planned at 0 with cap `cap` could raise the planned round's
@@ -79,6 +88,10 @@ bool drafting_could_pay(const RoundCosts& costs, const RoundPlan& plan, int32_t 
 ///    exactly (drafts ranked by their marginal value a_i^l, added while each beats the
 ///    round's current tokens/ms; see scv_planner.cpp), and the best G wins (the previous
 ///    round's G unless another beats it by switch_gain).
+///  - One sequence with measured round costs by gamma (round_ms_by_gamma): each gamma's
+///    tokens per ms from its measured round where there is one, else from the line moved
+///    by the nearest measured gamma's difference from it; the best wins, with the same
+///    min_gain and switch_gain.
 ///  - token_budget: sum_i (1 + gamma_i) <= token_budget. If n windows alone exceed it,
 ///    every gamma is 0 and budget_exceeded is set: the host still runs the round.
 RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& costs,

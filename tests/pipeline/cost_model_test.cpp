@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <vector>
+
 namespace specpipe {
 namespace {
 
@@ -211,6 +214,46 @@ TEST(CostModel, BeforeAnyDraftingLineDraftingCostsNothing) {
   m.add_round({1, 4, 5, 0.06, 0.21, 0.5});  // the third round of gamma 4: the line
   c = m.costs(1, 0);
   EXPECT_NEAR(c.draft_base_ms + 4 * c.draft_step_ms + 4 * c.verify_token_ms, 0.5 - 0.26, 1e-9);
+}
+
+TEST(CostModel, OneSequencesRoundsAreReadPerDraftLengthByTheirMeanLessFirstSightings) {
+  // One sequence on a device (H100, stop 30): plain 0.218 ms, and rounds of one draft
+  // length that differ by what they were: 0.36 ms where the draft-ahead chain had the
+  // drafts ready, 0.41 where it missed. A length's first rounds are new shapes (eager,
+  // then captured: 1 and 3 ms), and a stall (3 ms) later is left out too. The mean of the
+  // rest is what the length costs (the lower third would be the taken chains alone).
+  CostModel m;
+  const auto rounds = [&](int32_t g, std::initializer_list<double> walls) {
+    for (const double wall : walls) m.add_round({1, g, 1 + g, g > 0 ? 0.05 : 0.0, 0.2, wall});
+  };
+  const auto first_sightings = [&](int32_t g) {
+    for (size_t i = 0; i < CostModel::kOneSkipped; ++i) rounds(g, {i % 2 ? 3.0 : 1.0});
+  };
+  first_sightings(0);
+  rounds(0, {0.218, 0.218, 0.218});
+  first_sightings(1);
+  rounds(1, {0.31, 0.31, 0.31});
+  first_sightings(2);
+  rounds(2, {3.0, 0.36, 0.41, 0.41, 0.36, 0.41});
+  first_sightings(5);
+  rounds(5, {0.7, 0.7});  // too few yet
+  PlanCosts c = m.costs(1, 0);
+  ASSERT_EQ(c.round_ms_by_gamma.size(), 3u);
+  EXPECT_NEAR(c.round_ms_by_gamma[0], 0.218, 1e-9);
+  EXPECT_NEAR(c.round_ms_by_gamma[1], 0.31, 1e-9);
+  EXPECT_NEAR(c.round_ms_by_gamma[2], (2 * 0.36 + 3 * 0.41) / 5, 1e-9);
+  rounds(5, {0.7});
+  c = m.costs(1, 0);
+  ASSERT_EQ(c.round_ms_by_gamma.size(), 6u);
+  EXPECT_EQ(c.round_ms_by_gamma[4], 0.0);  // never drafted 4: not measured
+  // The last kOneKept rounds of a length count; a length not drafted for kOneFresh rounds
+  // of one sequence is no longer given (plain, 2 and 5 here).
+  for (uint64_t round = 0; round < CostModel::kOneFresh; ++round) rounds(1, {0.5});
+  c = m.costs(1, 0);
+  EXPECT_EQ(c.round_ms_by_gamma, (std::vector<double>{0.0, 0.5}));
+  // Other batch sizes: none (their rounds mix gammas; the line stands).
+  for (int round = 0; round < 20; ++round) m.add_round({2, 1, 4, 0.05, 0.2, 0.35});
+  EXPECT_TRUE(m.costs(2, 0).round_ms_by_gamma.empty());
 }
 
 }  // namespace

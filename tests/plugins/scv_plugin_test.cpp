@@ -32,7 +32,7 @@ using specpipe::scv::WindowRequest;
 using Gammas = std::vector<int32_t>;
 
 RoundCosts costs(double draft, double base, double token, int32_t budget = 0, double draft_base = 0) {
-  return RoundCosts{draft, base, token, budget, draft_base};
+  return RoundCosts{draft, base, token, budget, draft_base, {}};
 }
 
 std::vector<WindowRequest> uniform(size_t n, double acceptance, int32_t cap, int32_t requested = 4) {
@@ -205,6 +205,71 @@ TEST(ScvPlanner, KeepsThePreviousLargestGammaUnlessAnotherGainsSwitchGain) {
   EXPECT_GE(specpipe::scv::plan_round(w, c, o).gamma[0], 3);
 }
 
+/// One sequence on an H100 (stop 30's call): what SCV's line said (verify 0.155 ms + 0.065
+/// a window token, drafting free: the drafting rounds' lower third were those whose
+/// draft-ahead chain had the drafts ready) and the rounds measured by gamma, which bend:
+/// the first draft pays the drafter's launch, long chains outrun the verify beside them.
+RoundCosts one_client_costs() {
+  RoundCosts c = costs(0, 0.155, 0.065);
+  c.round_ms_by_gamma = {0.218, 0.31, 0.386, 0.475, 0.536, 0.65, 0.77};
+  return c;
+}
+
+TEST(ScvPlanner, OneSequenceTakesTheBestGammaByItsMeasuredRounds) {
+  const RoundCosts measured = one_client_costs();
+  RoundCosts line = measured;
+  line.round_ms_by_gamma.clear();
+  for (const double a : {0.5, 0.6, 0.7, 0.82, 0.9, 0.97}) {
+    const auto w = uniform(1, a, 6);
+    int32_t best = 0;
+    for (int32_t g = 1; g <= 6; ++g)
+      if (specpipe::scv::expected_tokens(a, g) / measured.round_ms_by_gamma[g] >
+          specpipe::scv::expected_tokens(a, best) / measured.round_ms_by_gamma[best])
+        best = g;
+    const RoundPlan p = plan(w, measured, 0);
+    EXPECT_EQ(p.gamma[0], best) << a;
+    EXPECT_NEAR(p.cost_ms, measured.round_ms_by_gamma[best], 1e-12) << a;
+    EXPECT_NEAR(p.plain_tokens_per_ms, 1 / 0.218, 1e-12);
+    // The line alone drafts longer from 0.9 on (gamma 5-6 where 4 is best): each draft
+    // looks like a window token (0.065 ms), where the device's rounds bend after 4.
+    if (a >= 0.9) {
+      EXPECT_GT(plan(w, line, 0).gamma[0], best) << a;
+    }
+  }
+  // Where no gamma is measured beyond plain, each is the line moved by plain's difference
+  // from it; one measured gamma moves those next to it.
+  RoundCosts partial = measured;
+  partial.round_ms_by_gamma = {0.218, 0, 0.386};
+  const auto line_ms = [&](int32_t g) { return 0.155 + 0.065 * (1 + g); };
+  const auto cost = [&](int32_t g) { return specpipe::scv::round_cost_ms(partial, Gammas{g}); };
+  EXPECT_NEAR(cost(0), 0.218, 1e-12);
+  EXPECT_NEAR(cost(1), line_ms(1), 1e-12);  // of 0 and 2 the lower, measured below its line: no move
+  EXPECT_NEAR(cost(2), 0.386, 1e-12);
+  EXPECT_NEAR(cost(5), line_ms(5) + (0.386 - line_ms(2)), 1e-12);
+  // Within the token budget and the cap.
+  RoundCosts tight = measured;
+  tight.token_budget = 3;
+  EXPECT_LE(plan(uniform(1, 0.97, 6), tight).gamma[0], 2);
+  EXPECT_LE(plan(uniform(1, 0.97, 1), measured).gamma[0], 1);
+  // Two sequences: the line (the rounds by gamma are one sequence's).
+  EXPECT_EQ(plan(uniform(2, 0.9, 6), measured, 0).gamma, plan(uniform(2, 0.9, 6), line, 0).gamma);
+}
+
+TEST(ScvPlanner, OneSequenceKeepsItsGammaUnlessAnotherGainsSingleSwitchGain) {
+  // At 0.8 gamma 2, 3 and 4 are within 2% of each other (6.32, 6.22, 6.27 tokens a ms):
+  // the previous one stays; from gamma 0 (4.59), 1 (5.81) or 6 (5.13) it moves to the best.
+  const RoundCosts c = one_client_costs();
+  const auto w = uniform(1, 0.8, 6);
+  for (const int32_t previous : {2, 3, 4}) {
+    const specpipe::scv::PlannerOptions o{0.01, previous, 0, 0.03};
+    EXPECT_EQ(specpipe::scv::plan_round(w, c, o).gamma[0], previous);
+  }
+  for (const int32_t previous : {0, 1, 6}) {
+    const specpipe::scv::PlannerOptions o{0.01, previous, 0, 0.03};
+    EXPECT_EQ(specpipe::scv::plan_round(w, c, o).gamma[0], 2) << previous;
+  }
+}
+
 /// Rounds of the demo pair through the server on an H100 (docs/BENCHMARKS.md section 8,
 /// 27dbc09), at 1, 8, 32 and 128 clients: plain, and the draft model at gamma 2, 4, 6.
 /// A round's wall time is clients x tokens per round / tokens per second; the verify
@@ -293,6 +358,19 @@ Gammas plan_rejecting(specpipe::scv::ScvInstance& scv, int rounds, const RoundCo
     }
   }
   return seen;
+}
+
+TEST(ScvInstance, CostsByGammaFalsePlansOneSequenceByTheLineAlone) {
+  // Acceptance 0.97 (the prior, no evidence yet): gamma 4 by the rounds measured by gamma,
+  // 6 by the line (OneSequenceTakesTheBestGammaByItsMeasuredRounds).
+  auto by_gamma = make_instance(R"({"prior_acceptance": 0.97})", 6);
+  auto line = make_instance(R"({"prior_acceptance": 0.97, "costs_by_gamma": false})", 6);
+  const RoundCosts c = one_client_costs();
+  RoundCosts line_costs = c;
+  line_costs.round_ms_by_gamma.clear();
+  EXPECT_EQ(plan_once(by_gamma, {seq(1, 6)}, c), Gammas{4});
+  EXPECT_EQ(plan_once(line, {seq(1, 6)}, c), plan(uniform(1, 0.97, 6), line_costs).gamma);
+  EXPECT_NE(plan_once(line, {seq(1, 6)}, c), Gammas{4});
 }
 
 TEST(ScvInstance, ProbesAnOffSequenceEveryProbeInterval) {
@@ -597,6 +675,8 @@ TEST_F(ScvPlugin, ConfigErrorsNameTheKey) {
       {R"({"min_gain": -0.1})", "min_gain"},
       {R"({"memory_rounds": 0})", "memory_rounds"},
       {R"({"min_gain": null})", "min_gain"},
+      {R"({"costs_by_gamma": 1})", "costs_by_gamma"},
+      {R"({"single_switch_gain": -1})", "single_switch_gain"},
       {R"({"gamma": 4})", "gamma"},
       {R"({"probe_interval": 4, "probe_interval": 8})", "probe_interval"},
       {R"({"gamma": 4, "probe_interval": 4, "probe_interval": 8})", "gamma"},  // document order
@@ -622,7 +702,8 @@ TEST_F(ScvPlugin, ConfigErrorsNameTheKey) {
   EXPECT_EQ(create("", &ok), SPECPIPE_OK) << error_;
   EXPECT_EQ(create(" \n\t ", &ok), SPECPIPE_OK) << error_;
   EXPECT_EQ(create(nullptr, &ok), SPECPIPE_OK) << error_;
-  EXPECT_EQ(create(R"( {"max_gamma": 3, "min_gain": 0, "prior_acceptance": 1e-1, "memory_rounds": 4} )", &ok),
+  EXPECT_EQ(create(R"( {"max_gamma": 3, "min_gain": 0, "prior_acceptance": 1e-1, "memory_rounds": 4,
+                      "costs_by_gamma": false} )", &ok),
             SPECPIPE_OK)
       << error_;
   // A model beyond SCV's limit needs an explicit cap.
@@ -662,6 +743,19 @@ TEST_F(ScvPlugin, InvalidInputsAreRefused) {
   specpipe_plan_costs dip = c;
   dip.verify_base_ms = -0.01;
   EXPECT_EQ(call(scv, s.data(), 2, &dip, g.data()), SPECPIPE_OK) << error_;
+  // Round costs by gamma (ABI 1.3): a count with no array, or out of range, is refused.
+  specpipe_plan_costs by_gamma = c;
+  by_gamma.round_ms_by_gamma_count = 2;
+  EXPECT_EQ(call(scv, s.data(), 2, &by_gamma, g.data()), SPECPIPE_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(error_).find("round_ms_by_gamma"), std::string::npos) << error_;
+  const double walls[2] = {0.2, std::numeric_limits<double>::infinity()};
+  by_gamma.round_ms_by_gamma = walls;
+  EXPECT_EQ(call(scv, s.data(), 2, &by_gamma, g.data()), SPECPIPE_ERR_INVALID_ARGUMENT);
+  by_gamma.round_ms_by_gamma_count = -1;
+  EXPECT_EQ(call(scv, s.data(), 2, &by_gamma, g.data()), SPECPIPE_ERR_INVALID_ARGUMENT);
+  // ... and not read where the host's struct (ABI 1.2) ends before it.
+  by_gamma.struct_size = offsetof(specpipe_plan_costs, round_ms_by_gamma);
+  EXPECT_EQ(call(scv, s.data(), 2, &by_gamma, g.data()), SPECPIPE_OK) << error_;
   // A host with a smaller (older) costs struct: the missing fields read as 0.
   specpipe_plan_costs old = c;
   old.struct_size = offsetof(specpipe_plan_costs, verify_token_ms);

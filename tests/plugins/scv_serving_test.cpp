@@ -3,9 +3,11 @@
 // 32 and 128 clients, requests of 64 tokens back to back, one server for all levels),
 // against plain and the fixed gammas on the same simulated device. What a round costs is
 // the H100's (docs/BENCHMARKS.md section 8: a round's wall time by batch size, without
-// drafts and at gamma 2, 4 and 6), and what made SCV lose there is in it too: a shape's
-// first rounds run eagerly or capture a CUDA graph (slow), and a sequence's first drafting
-// round (and its first after a pause) carries the draft model's catch-up. The
+// drafts and at gamma 2, 4 and 6; at one client by gamma, bending as the device's does),
+// and what made SCV lose there is in it too: a shape's first rounds run eagerly or capture
+// a CUDA graph (slow), a sequence's first drafting round (and its first after a pause)
+// carries the draft model's catch-up, a longer gamma than the last round's misses the
+// draft-ahead chain, and each prompt has its own acceptance. The
 // scheduler's part (actors/scheduler_actor.cpp) is mirrored: a plain round where
 // CostModel::plain_due says so, catch-up rounds left out of the model, per-sequence
 // acceptance fed back.
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <random>
@@ -39,13 +42,24 @@ constexpr std::array<Level, 4> kH100 = {{
     {32, 0.609, {0.890, 1.759, 2.538}},
     {128, 1.368, {3.386, 5.518, 7.451}},
 }};
-constexpr double kAcceptance = 0.81;  // the draft model's tokens per round at gamma 2-6 say so
+/// One client by gamma 0..6 (H100, stop 30's call: plain 0.218, gamma 2 0.386, gamma 3
+/// 0.475 ms a round; 4 and 6 scaled from gamma 2 as in 27dbc09's call; gamma 1 between,
+/// the first draft paying the drafter's launch): not a line.
+constexpr std::array<double, 7> kOneClientMs = {0.218, 0.31, 0.386, 0.475, 0.536, 0.65, 0.77};
+/// Each public prompt's acceptance at one client (the draft model's tokens per round at
+/// gamma 3, prompt by prompt, in the same call: 2.06-4.0); 0.82 on average.
+constexpr std::array<double, 16> kPromptAcceptance = {0.85, 0.85, 0.89, 0.66, 0.96, 0.85, 0.66, 0.79,
+                                                      0.76, 0.56, 0.85, 0.89, 0.85, 0.79, 0.92, 0.98};
 // A forward shape's first round runs eagerly, its second captures a CUDA graph.
 constexpr double kEagerMs = 1, kCaptureMs = 3;
 constexpr double kCatchUpMs = 0.4;      // the draft model's catch-up on a prompt or a pause
+// A largest gamma above the last round's: the draft-ahead chain made for the last one is
+// missed, and the round drafts on its critical path (about a draft step a token).
+constexpr double kMissedChainMsPerDraft = 0.03;
 
 /// Device cost of a round of n sequences whose largest gamma is g.
 double round_ms(int32_t n, int32_t g) {
+  if (n <= 1) return kOneClientMs[static_cast<size_t>(std::min(g, 6))] + 0.11 * std::max(0, g - 6);
   const double x = std::log2(std::max(1, n));
   size_t hi = 1;
   while (hi + 1 < kH100.size() && std::log2(kH100[hi].clients) < x) ++hi;
@@ -53,6 +67,7 @@ double round_ms(int32_t n, int32_t g) {
   const Level& b = kH100[hi];
   const double t = std::clamp((x - std::log2(a.clients)) / (std::log2(b.clients) - std::log2(a.clients)), 0.0, 1.0);
   auto at = [&](const Level& l) {
+    if (l.clients == 1) return round_ms(1, g);
     if (g <= 0) return l.plain_ms;
     // Through (0, 0), (2, e2), (4, e4), (6, e6), straight on beyond 6.
     const double points[4] = {0, l.extra_ms[0], l.extra_ms[1], l.extra_ms[2]};
@@ -70,7 +85,12 @@ struct Sequence {
   int64_t rounds = 0;           // its own rounds so far
   int64_t drafted_round = -1;   // its own round count when it last drafted
   bool measured = false;        // counts towards the level's tokens/s (not the warm-up)
+  double acceptance = 0;        // its prompt's
 };
+
+Sequence start(int64_t id, bool measured) {
+  return {id, 64, 0, -1, measured, kPromptAcceptance[static_cast<size_t>(id) % kPromptAcceptance.size()]};
+}
 
 struct Result {
   std::map<int32_t, double> tokens_per_ms;  // by level
@@ -79,6 +99,7 @@ struct Result {
 
 struct Options {
   std::string scv_config = "{}";
+  bool costs_by_gamma = true;  // false: SCV gets the line alone (before ABI 1.3)
   uint32_t seed = 7;
   std::vector<int32_t> levels = {1, 8, 32, 128};
 };
@@ -89,8 +110,9 @@ Result serve(int32_t gamma, const Options& options) {
   specpipe::scv::ScvInstance scv(specpipe::scv::parse_scv_config(options.scv_config, 6), nullptr);
   std::map<std::pair<int32_t, int32_t>, int> sightings;  // (batch, largest gamma) -> rounds
   std::mt19937 rng(options.seed);
-  std::bernoulli_distribution accept(kAcceptance);
+  std::uniform_real_distribution<double> draw(0, 1);
   int64_t next_id = 1;
+  int32_t last_top = 0;
   Result out;
   for (const int32_t clients : options.levels) {
     const int32_t per_client = clients == 1 ? 16 : clients == 128 ? 2 : 4;
@@ -98,7 +120,7 @@ Result serve(int32_t gamma, const Options& options) {
     std::vector<Sequence> running;
     std::vector<size_t> owner;  // running[i]'s client
     for (size_t c = 0; c < queued.size(); ++c) {
-      running.push_back({next_id++, 64, 0, -1, false});
+      running.push_back(start(next_id++, false));
       owner.push_back(c);
       --queued[c];
     }
@@ -110,14 +132,21 @@ Result serve(int32_t gamma, const Options& options) {
         std::vector<specpipe_plan_sequence> s;
         for (const Sequence& q : running) s.push_back({q.id, 4, 6, 200});
         const specpipe::PlanCosts c = model.costs(n, 0);
-        scv.plan(s, specpipe::scv::RoundCosts{c.draft_step_ms, c.verify_base_ms, c.verify_token_ms, 0, c.draft_base_ms},
+        scv.plan(s,
+                 specpipe::scv::RoundCosts{c.draft_step_ms, c.verify_base_ms, c.verify_token_ms, 0, c.draft_base_ms,
+                                           options.costs_by_gamma ? c.round_ms_by_gamma : std::vector<double>{}},
                  g);
         if (model.plain_due(n)) std::fill(g.begin(), g.end(), 0);
       }
       const int32_t top = *std::max_element(g.begin(), g.end());
       double wall = round_ms(n, top);
+      // At one sequence a draft length brings a few shapes (its verify window, the chain's
+      // catch-up windows), each eager once and captured once.
       const int seen_before = sightings[{n, top}]++;
-      wall += seen_before == 0 ? kEagerMs : seen_before == 1 ? kCaptureMs : 0;
+      const int slow = n == 1 && top > 0 ? 2 * (top + 2) : 2;
+      if (seen_before < slow) wall += seen_before % 2 == 0 ? kEagerMs : kCaptureMs;
+      if (n == 1 && top > last_top && last_top > 0) wall += kMissedChainMsPerDraft * top;
+      last_top = top;
       bool catch_up = false;
       int64_t window = 0;
       std::vector<specpipe_plan_observation> seen;
@@ -130,7 +159,7 @@ Result serve(int32_t gamma, const Options& options) {
         if (g[i] > 0) {
           catch_up = catch_up || q.drafted_round < 0 || q.rounds - q.drafted_round > 4;
           q.drafted_round = q.rounds;
-          while (k < g[i] && accept(rng)) ++k;
+          while (k < g[i] && draw(rng) < q.acceptance) ++k;
           seen.push_back({q.id, g[i], k});
         }
         const int32_t made = std::min(q.left, k + 1);
@@ -158,7 +187,7 @@ Result serve(int32_t gamma, const Options& options) {
         owner.erase(owner.begin() + static_cast<std::ptrdiff_t>(i));
         if (queued[c] > 0) {
           --queued[c];
-          running.push_back({next_id++, 64, 0, -1, true});
+          running.push_back(start(next_id++, true));
           owner.push_back(c);
         }
       }
@@ -170,16 +199,18 @@ Result serve(int32_t gamma, const Options& options) {
 }
 
 /// SCV's tokens/ms over the better of plain and the best fixed gamma, by level, the mean
-/// over a few seeds.
-std::map<int32_t, double> ratios() {
+/// over a few seeds; SCV fed the round costs by gamma at one client, or (false) the line
+/// alone.
+std::map<int32_t, double> ratios(bool costs_by_gamma) {
   std::map<int32_t, double> sum;
   constexpr uint32_t kSeeds = 4;
   for (uint32_t seed = 1; seed <= kSeeds; ++seed) {
     Options o;
     o.seed = seed;
+    o.costs_by_gamma = costs_by_gamma;
     const Result scv = serve(-1, o);
     std::map<int32_t, double> best;
-    for (int32_t g : {0, 2, 4, 6})
+    for (int32_t g : {0, 1, 2, 3, 4, 6})
       for (const auto& [clients, rate] : serve(g, o).tokens_per_ms) best[clients] = std::max(best[clients], rate);
     for (const auto& [clients, rate] : best) sum[clients] += scv.tokens_per_ms.at(clients) / rate / kSeeds;
   }
@@ -187,22 +218,27 @@ std::map<int32_t, double> ratios() {
 }
 
 TEST(ScvServing, NearTheBetterOfPlainAndTheBestFixedGammaAtEveryLevel) {
-  const std::map<int32_t, double> r = ratios();
+  const std::map<int32_t, double> r = ratios(true), line = ratios(false);
+  for (const auto& [clients, ratio] : r)
+    std::printf("%d clients: SCV %.3f of the best (by the line alone %.3f)\n", clients, ratio, line.at(clients));
   // Under load plain is best and SCV keeps speculation off from its first rounds there.
   EXPECT_GE(r.at(32), 0.95);
   EXPECT_GE(r.at(128), 0.95);
-  // One client: on, at gamma 2-5 (each sequence's estimate moves it; the model's draft
-  // step is one slope where the device's grows with gamma): about 0.93 of the best fixed.
-  EXPECT_GE(r.at(1), 0.9);
+  // One client: by its rounds measured per gamma and held steady (single_switch_gain)
+  // about 0.91 of the best fixed gamma; by the line alone about 0.72, as on the device
+  // (0.72-0.85 in stop 31's call): it drafts long where its estimate is high, and each
+  // change misses the draft-ahead chain and meets a new length's first (slow) rounds.
+  EXPECT_GE(r.at(1), 0.88);
+  EXPECT_GT(r.at(1), line.at(1) + 0.1);
   // Eight clients: SCV drafts its first rounds there (costs borrowed from one client) and
   // then stays off; those rounds put the lock-step simulated clients out of step, and
   // their requests' ends then run through batch sizes each new (eager, captured).
   EXPECT_GE(r.at(8), 0.8);
-  // The device's figures as the simulation replays them: gamma 4 1.6x plain at one
-  // client, plain the best from 8 clients on.
+  // The device's figures as the simulation replays them: gamma 2 1.35x plain at one
+  // client (1.37x in stop 30's call), plain the best from 8 clients on.
   const Options o;
-  const Result plain = serve(0, o), four = serve(4, o);
-  EXPECT_GT(four.tokens_per_ms.at(1), 1.5 * plain.tokens_per_ms.at(1));
+  const Result plain = serve(0, o), two = serve(2, o), four = serve(4, o);
+  EXPECT_GT(two.tokens_per_ms.at(1), 1.3 * plain.tokens_per_ms.at(1));
   for (const int32_t clients : {8, 32, 128}) EXPECT_GT(plain.tokens_per_ms.at(clients), four.tokens_per_ms.at(clients));
 }
 

@@ -26,6 +26,7 @@
   S(specpipe_plan_costs) F(specpipe_plan_costs, struct_size) F(specpipe_plan_costs, draft_step_ms) \
   F(specpipe_plan_costs, verify_base_ms) F(specpipe_plan_costs, verify_token_ms)               \
   F(specpipe_plan_costs, token_budget) F(specpipe_plan_costs, draft_base_ms)                    \
+  F(specpipe_plan_costs, round_ms_by_gamma) F(specpipe_plan_costs, round_ms_by_gamma_count)    \
   S(specpipe_plan_observation) F(specpipe_plan_observation, sequence) F(specpipe_plan_observation, proposed) \
   F(specpipe_plan_observation, accepted)                                                       \
   S(specpipe_verify_plan_hooks) F(specpipe_verify_plan_hooks, plan) F(specpipe_verify_plan_hooks, observe) \

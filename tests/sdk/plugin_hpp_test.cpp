@@ -243,7 +243,7 @@ TEST(PluginHppTest, PlanHooksThroughTheTable) {
   FakeHost host;
   const specpipe_plugin_table& t = table_of_planner();
   const specpipe_plan_sequence seqs[2] = {{1, 4, 6, 10}, {2, 4, 1, 10}};
-  const specpipe_plan_costs costs{sizeof(specpipe_plan_costs), 0, 0, 0, 0, 0};
+  const specpipe_plan_costs costs{sizeof(specpipe_plan_costs), 0, 0, 0, 0, 0, nullptr, 0};
   int32_t gamma[2] = {-1, -1};
   char error[128] = {};
 

@@ -25,6 +25,7 @@
 # Environment: DEVICE (cuda:0), CLIENTS ("1 8 32 128"), REQUESTS (per-client requests by
 # level, "1:16 8:4 32:4 128:2": 16 at one client covers every public prompt alone),
 # MAX_TOKENS (64), DRAFT_GAMMAS ("2 4 6"), NGRAM_GAMMA (4), MODES ("plain draft ngram scv";
+# also scv_line: SCV with the plugin's costs_by_gamma false;
 # also plain_mb and draft_mb: two micro-batches in flight, serve_load_micro.yaml; off:
 # servers with the draft model that never draft, for what that costs),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
@@ -109,15 +110,15 @@ run_modes() {
       plain) run_mode "${prefix}plain" "$here/serve_load.yaml" --no-spec ;;
       draft) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g$g" "$here/serve_load.yaml" --drafter model --gamma "$g"; done ;;
       ngram) run_mode "${prefix}ngram_g${NGRAM_GAMMA:-4}" "$here/serve_load.yaml" --drafter ngram --gamma "${NGRAM_GAMMA:-4}" ;;
-      scv)
-        # SCV_LOG_LEVEL=debug: the plugin's decisions in serve_scv.log (a line each time the
-        # round's largest gamma changes: batch, costs, planned and plain tokens per ms).
-        if [[ -n "${SCV_LOG_LEVEL:-}" ]]; then
-          { cat "$here/serve_load_scv.yaml"; printf 'logging:\n  level: %s\n' "$SCV_LOG_LEVEL"; } >"$out/scv_logged.yaml"
-          run_mode "${prefix}scv" "$out/scv_logged.yaml"
-        else
-          run_mode "${prefix}scv" "$here/serve_load_scv.yaml"
-        fi ;;
+      # SCV_LOG_LEVEL=debug: the plugin's decisions in serve_scv.log (a line each time the
+      # round's largest gamma changes: batch, costs, planned and plain tokens per ms).
+      # scv_line: SCV planning one sequence by the cost line alone (costs_by_gamma false),
+      # as before the host measured a round per gamma (an A/B of that in one call).
+      scv | scv_line)
+        if [[ $mode == scv ]]; then cp "$here/serve_load_scv.yaml" "$out/$mode.yaml"
+        else sed 's/^      max_gamma: 6$/&\n      costs_by_gamma: false/' "$here/serve_load_scv.yaml" >"$out/$mode.yaml"; fi
+        [[ -n "${SCV_LOG_LEVEL:-}" ]] && printf 'logging:\n  level: %s\n' "$SCV_LOG_LEVEL" >>"$out/$mode.yaml"
+        run_mode "${prefix}$mode" "$out/$mode.yaml" ;;
       # Two rounds in flight (scheduler.micro_batches 2, four actor threads: serve_load_micro.yaml).
       plain_mb) run_mode "${prefix}plain_mb2" "$here/serve_load_micro.yaml" --no-spec ;;
       draft_mb) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g${g}_mb2" "$here/serve_load_micro.yaml" --drafter model --gamma "$g"; done ;;

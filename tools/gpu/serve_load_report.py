@@ -86,9 +86,9 @@ if plain1:
     goals.append({"goal": "1 client: speculation >= 1.8x plain", "best_mode": best1[1],
                   "ratio": best1[0] / plain1, "ratios": {m: (tps(m, 1) or 0) / plain1 for m in modes if m != "plain"},
                   "met": best1[0] / plain1 >= 1.8})
-# SCV, and an older SCV run beside it (BASE_MODES=scv: base_scv), against this binary's
-# plain and fixed gammas.
-for scv in ("scv", "base_scv"):
+# SCV (and scv_line: by the cost line alone), and an older SCV run beside it (BASE_MODES=scv:
+# base_scv), against this binary's plain and fixed gammas.
+for scv in ("scv", "scv_line", "base_scv", "base_scv_line"):
     for c in levels:
         if tps(scv, c) is None:
             continue
