@@ -47,12 +47,11 @@ RetrievalAnswer refresh(RetrievalState& st, const RetrievalQuery& q) {
     // Summaries, scores and top-k on the device: only the chosen blocks come back.
     index.update_on_device(kv, q.seq, verified);
     if (!by_mass) index.select_on_device(q.seq, q.device_sums, q.k, q.first, q.last);
-  } else if (!by_mass) {
-    index.update(kv, q.seq, verified, st.summariser);
-    for (int32_t layer = 0; layer < layers; ++layer)
-      index.select(q.seq, layer, q.layers[static_cast<size_t>(layer)], q.k, q.first, q.last);
   } else {
     index.update(kv, q.seq, verified, st.summariser);
+    if (!by_mass)
+      for (int32_t layer = 0; layer < layers; ++layer)
+        index.select(q.seq, layer, q.layers[static_cast<size_t>(layer)], q.k, q.first, q.last);
   }
   if (by_mass)
     for (int32_t layer = 0; layer < layers; ++layer)

@@ -55,8 +55,10 @@ class QueryTap {
   /// layer by layer after the window's attention over its whole prefix, how much
   /// softmax mass each prefix block got: mass[(i * kv_heads + g) * blocks + b] for row i
   /// and KV head g, summed over the group's query heads (cpu::AttentionWindow::
-  /// block_mass). A backend that cannot compute it (the CUDA forward, for now) never
-  /// calls on_block_mass; nor does any backend for a window with a partial view.
+  /// block_mass). The CUDA forward sums it on the device and passes n = kv_heads = 1
+  /// (key_summaries.h, attention_block_mass), with FP32 K/V only; a backend that cannot
+  /// compute it never calls on_block_mass, nor does any backend for a window with a
+  /// partial view.
   virtual bool wants_block_mass() const { return false; }
   virtual void on_block_mass(int32_t /*layer*/, const float* /*mass*/, int32_t /*n*/, int32_t /*kv_heads*/,
                              int32_t /*blocks*/) {}

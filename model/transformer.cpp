@@ -212,6 +212,9 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
   std::vector<WindowKvRows> kv_rows;
   std::vector<cpu::AttentionWindow> attn;
   std::vector<std::vector<float>> masses(windows.size());  // taps that want block mass
+  const auto prefix_blocks = [&](size_t wi) {
+    return (starts[wi] + kv.config().block_size - 1) / kv.config().block_size;
+  };
   row = 0;
   const KvTensors& t = kv.tensors();
   for (size_t wi = 0; wi < windows.size(); ++wi) {
@@ -229,8 +232,7 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
     attn.push_back({prefix, s.q.data() + row * qd, s.k.data() + row * kvd, s.v.data() + row * kvd,
                     qd, kvd, n, s.attn.data() + row * qd, qd});
     if (fw.query_tap && fw.query_tap->wants_block_mass() && !fw.view) {
-      const int64_t blocks = (int64_t{starts[wi]} + kv.config().block_size - 1) / kv.config().block_size;
-      masses[wi].resize(static_cast<size_t>(int64_t{n} * c.num_kv_heads * blocks));
+      masses[wi].resize(static_cast<size_t>(int64_t{n} * c.num_kv_heads * prefix_blocks(wi)));
       attn.back().block_mass = masses[wi].data();
     }
     row += n;
@@ -253,11 +255,8 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
   cpu::attention(shape, attn);
   if (ring) ring->release(layer);
   for (size_t wi = 0; wi < windows.size(); ++wi)
-    if (attn[wi].block_mass) {
-      const int32_t B = kv.config().block_size;
-      windows[wi].query_tap->on_block_mass(layer, attn[wi].block_mass, attn[wi].n, c.num_kv_heads,
-                                           (starts[wi] + B - 1) / B);
-    }
+    if (attn[wi].block_mass)
+      windows[wi].query_tap->on_block_mass(layer, attn[wi].block_mass, attn[wi].n, c.num_kv_heads, prefix_blocks(wi));
   // x += o_proj(attn): the residual add is fused into the projection.
   const cpu::LinearTarget o = target(pw.o, w.o_bias, s.x.data(), hidden, true);
   cpu::linear(s.attn.data(), total, qd, qd, {&o, 1});
