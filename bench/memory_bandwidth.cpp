@@ -1,6 +1,7 @@
 #include "bench/memory_bandwidth.h"
 
 #include "core/cpu_timer.h"
+#include "core/huge_pages.h"
 #include "kernels/cpu/thread_pool.h"
 
 #include <immintrin.h>
@@ -9,13 +10,23 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <span>
 #include <vector>
 
 namespace specpipe::bench {
 
 ReadBandwidth measure_read_bandwidth(size_t bytes, int repeats) {
   const size_t n = bytes / sizeof(float);
-  std::vector<float> data(n, 1.0f);  // touched once so every page is mapped
+  // On huge pages like the weights (core/huge_pages.h): a floor read through 4 KiB pages
+  // would pay TLB misses the GEMMs no longer pay.
+  const std::unique_ptr<float[], void (*)(void*)> buffer(static_cast<float*>(allocate_huge_page_backed(n * sizeof(float))),
+                                                         std::free);
+  if (!buffer) throw std::bad_alloc();
+  const std::span<float> data(buffer.get(), n);
+  std::fill(data.begin(), data.end(), 1.0f);  // touched once so every page is mapped
   std::vector<double> rates, cpu_rates;
   volatile float sink = 0;
   for (int r = 0; r < repeats; ++r) {

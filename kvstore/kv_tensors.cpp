@@ -1,12 +1,11 @@
 #include "kvstore/kv_tensors.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/huge_pages.h"
 
 namespace specpipe {
 namespace {
@@ -20,16 +19,13 @@ int32_t positive(int32_t value, const char* name) {
 /// A decode step reads each key's head_dim floats out of a slot of every kv head
 /// (4 KiB for 8 heads of 128): on 4 KiB pages every key of a head is a page of its own,
 /// and the CPU's attention spent more time on page walks than on the bytes. A pool of
-/// 2 MiB or more is therefore placed on 2 MiB boundaries and offered to transparent huge
-/// pages (MADV_HUGEPAGE, which the kernel honours in its "always" and "madvise" modes
-/// and ignores in "never"); a smaller one on ordinary pages. Zero-filled.
+/// 2 MiB or more is therefore rounded up to whole 2 MiB pages and offered to transparent
+/// huge pages (core/huge_pages.h); a smaller one stays on ordinary pages. Zero-filled.
 float* allocate_pool(size_t bytes) {
   constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t align = bytes >= kHugePage ? kHugePage : 64;
-  const size_t rounded = (bytes + align - 1) / align * align;
-  void* p = std::aligned_alloc(align, rounded);
+  const size_t rounded = bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
+  void* p = allocate_huge_page_backed(rounded);
   if (!p) fail(ErrorCode::out_of_capacity, "KV tensors: cannot allocate {} bytes", bytes);
-  if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);
   std::memset(p, 0, rounded);
   return static_cast<float*>(p);
 }

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -115,6 +119,26 @@ TEST(PackedMatrix, RoundTripsEveryElementAndRejectsOddK) {
   }
   std::vector<float> w(9);
   EXPECT_THROW(PackedMatrix(DType::f32, w.data(), 3, 3), std::exception);
+}
+
+// A matrix of 2 MiB or more starts on a 2 MiB boundary in a mapping advised for
+// transparent huge pages ("hg" in its VmFlags), as the decode step's streams want.
+TEST(PackedMatrix, LargeMatricesAskForHugePages) {
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled")) GTEST_SKIP() << "no transparent huge pages";
+  std::vector<uint16_t> half(static_cast<size_t>(1024 * 1056), f32_to_bf16(0.5f));
+  const PackedMatrix p(DType::bf16, half.data(), 1024, 1056);  // 2.06 MiB
+  const auto start = reinterpret_cast<uintptr_t>(p.panel(0));
+  EXPECT_EQ(start % (uintptr_t{2} << 20), 0u);
+  std::ifstream smaps("/proc/self/smaps");
+  bool inside = false, advised = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' '))
+      inside = lo <= start && start < hi;
+    else if (inside && line.rfind("VmFlags:", 0) == 0)
+      advised = (line + " ").find(" hg ") != std::string::npos;
+  }
+  EXPECT_TRUE(advised);
 }
 
 }  // namespace
