@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -143,6 +146,77 @@ inline void tile(const float* x, int64_t ldx, Panels w, int64_t k, const float* 
     }
 }
 
+/// Where the CPU has AVX-512 (the build targets x86-64-v3, so this is chosen at run
+/// time): BF16 tiles of 4-5 rows take 8 panels, two panels a 16-lane vector. A 5-token
+/// verify window is FMA-bound on AVX2 (5 x 2 tiles at about half the core's peak while
+/// the weights stream); here it issues half the FMA instructions, widens each weight once
+/// for all rows as before, and streams 8 panels side by side as the 1-row GEMV does. Each
+/// lane is still one output's FMA chain over k in ascending order, then `+ bias`, then
+/// added to y: the same bits as the AVX2 tiles. SPECPIPE_CPU_AVX512=0 turns it off.
+constexpr int64_t kWidePanels = 8;
+
+bool wide_tiles() {
+  static const bool on = [] {
+    const char* env = std::getenv("SPECPIPE_CPU_AVX512");
+    if (env && std::string_view(env) == "0") return false;
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return on;
+}
+
+template <int MR>
+__attribute__((target("avx512f"))) void tile_bf16_avx512(const float* x, int64_t ldx, Panels w, int64_t k,
+                                                          const float* bias, float* y, int64_t ldy, bool accumulate) {
+  constexpr int NZ = kWidePanels / 2;  // vectors of 16 outputs: MR x NZ accumulators + 2 NZ weights <= 32
+  constexpr int64_t kPairBytes = LoadBf16::kPairBytes;
+  __m512 acc[MR][NZ];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+    for (int z = 0; z < NZ; ++z) acc[r][z] = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t i = 0; i < k / 2; ++i) {
+    if ((i * kPairBytes) % 64 == 0)
+#pragma GCC unroll 16
+      for (int v = 0; v < kWidePanels; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(w.first + v * w.stride + i * kPairBytes + kPrefetchBytes),
+                     _MM_HINT_T1);
+    __m512 wa[NZ], wb[NZ];
+#pragma GCC unroll 16
+    for (int z = 0; z < NZ; ++z) {
+      // Panels 2z and 2z + 1: lanes 0-7 and 8-15, widened as in LoadBf16.
+      const std::byte* p = w.first + 2 * z * w.stride + i * kPairBytes;
+      // (a masked broadcast rather than _mm512_inserti64x4, and the zero-masked shift:
+      // the plain forms' undefined sources trip GCC 12's -Wmaybe-uninitialized; the
+      // same instructions)
+      const __m512i v = _mm512_mask_broadcast_i64x4(
+          _mm512_castsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(p))), 0xf0,
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(p + w.stride)));
+      wa[z] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, v, 16));
+      wb[z] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 xa = _mm512_set1_ps(x[r * ldx + 2 * i]);
+#pragma GCC unroll 16
+      for (int z = 0; z < NZ; ++z) acc[r][z] = _mm512_fmadd_ps(xa, wa[z], acc[r][z]);
+      const __m512 xb = _mm512_set1_ps(x[r * ldx + 2 * i + 1]);
+#pragma GCC unroll 16
+      for (int z = 0; z < NZ; ++z) acc[r][z] = _mm512_fmadd_ps(xb, wb[z], acc[r][z]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+    for (int z = 0; z < NZ; ++z) {
+      __m512 out = acc[r][z];
+      float* dst = y + r * ldy + z * 16;
+      if (bias) out = _mm512_add_ps(out, _mm512_loadu_ps(bias + z * 16));
+      if (accumulate) out = _mm512_add_ps(_mm512_loadu_ps(dst), out);
+      _mm512_storeu_ps(dst, out);
+    }
+}
+
 // Panels per tile by rows: the registers each loop form above needs fit the 16 AVX2
 // registers, with at least 8 independent FMA chains from 4 rows up (3 x 2 has 6).
 template <int MR>
@@ -162,7 +236,15 @@ template <int MR, typename Load>
 void row_block(const float* x, int64_t ldx, const PackedMatrix& w, int64_t p0, int64_t p1,
                const float* bias, float* y, int64_t ldy, bool acc) {
   constexpr int NV = kPanelsPerTile<MR>;
-  for (int64_t p = p0; p < p1; p += NV) {
+  int64_t p = p0;
+  if constexpr (MR >= 4 && std::is_same_v<Load, LoadBf16>) {
+    if (wide_tiles())  // whole tiles of 8 full panels; what is left takes the AVX2 tiles
+      for (; p + kWidePanels <= p1 && (p + kWidePanels) * kPanelOutputs <= w.n(); p += kWidePanels) {
+        const int64_t o = p * kPanelOutputs;
+        tile_bf16_avx512<MR>(x, ldx, {w.panel(p), w.panel_bytes()}, w.k(), bias ? bias + o : nullptr, y + o, ldy, acc);
+      }
+  }
+  for (; p < p1; p += NV) {
     const int64_t panels = std::min<int64_t>(NV, p1 - p);
     const int64_t o = p * kPanelOutputs;
     tile_panels<MR, NV, Load>(x, ldx, {w.panel(p), w.panel_bytes()}, w.k(), bias ? bias + o : nullptr,

@@ -57,6 +57,35 @@ TEST_P(LinearTest, MatchesReferenceBitwiseForManyShapes) {
   }
 }
 
+// Shapes the small ones above miss: tiles of 8 whole panels (the AVX-512 tiles of 4-5
+// BF16 rows, where the CPU has them: every other CPU checks its AVX2 tiles here), with
+// partial tiles and a partial last panel after them, k long enough for the prefetches
+// to cross 4 KiB pages, odd leading dimensions, bias and accumulate; 1 and 2 threads.
+TEST_P(LinearTest, MatchesReferenceBitwiseOnWideShapes) {
+  std::mt19937 rng(13);
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (int64_t m : {1, 4, 5, 9, 10}) {
+      for (int64_t n : {64, 72, 130, 520}) {
+        const int64_t k = n == 520 ? 2048 : 2 * (48 + (m * n) % 200);
+        const int64_t ldx = k + 3, ldy = n + 5;
+        PackedMatrix w = random_weights(GetParam(), n, k, rng);
+        std::vector<float> x = random_vector(static_cast<size_t>(m * ldx), rng);
+        std::vector<float> bias = random_vector(static_cast<size_t>(n), rng);
+        std::vector<float> got = random_vector(static_cast<size_t>(m * ldy), rng), want = got;
+        const bool accumulate = n % 2 == 0;
+        LinearTarget t{&w, n == 72 ? nullptr : bias.data(), got.data(), ldy, accumulate};
+        linear(x.data(), m, k, ldx, {&t, 1});
+        t.y = want.data();
+        linear_reference(x.data(), m, k, ldx, t);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4))
+            << "m=" << m << " n=" << n << " k=" << k << " threads=" << threads;
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
 TEST_P(LinearTest, RowResultIndependentOfBatchAndThreads) {
   std::mt19937 rng(11);
   const int64_t n = 200, k = 384;
