@@ -98,6 +98,32 @@ cudaError_t gemm_mma_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int
 cudaError_t gemm_mma_silu_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k, uint16_t* yb,
                                int64_t ldyb, int32_t m, cudaStream_t stream, bool overlap_previous = false);
 
+/// The RoPE and K/V epilogue of gemm_mma_rope_kv_bf16: what qk_norm_rope_kv (no QK-norm)
+/// reads besides the GEMM's output. cos, sin: [positions, head_dim / 2] (the RopeTable's);
+/// positions, slots: one per row of x; rows_k, rows_v: FP32 K/V rows, row slot s at
+/// s * slot_stride (the pool's layer, a staging buffer or a dense slot).
+struct QkvRope {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  const int32_t* positions = nullptr;
+  const int64_t* slots = nullptr;
+  float* rows_k = nullptr;
+  float* rows_v = nullptr;
+  int64_t slot_stride = 0;
+  int32_t q_dim = 0, kv_dim = 0, head_dim = 0;
+};
+
+/// The qkv projection and qk_norm_rope_kv (without QK-norm) in one launch, bitwise what
+/// gemm_mma_bf16 over [W_q; W_k; W_v] then qk_norm_rope_kv give (y's q and k rotated in
+/// place, k and v written to their slots): no launch and no FP32 round trip between them.
+/// w: the (q_dim + 2 kv_dim) x k rows laid out by interleave_rope_halves, so a 16-feature
+/// tile holds 8 dims of a q or k head and the 8 dims half a head further, the pairs RoPE
+/// rotates together. y: [m, ldy], ldy >= q_dim + 2 kv_dim. Requires head_dim % 16 == 0,
+/// q_dim and kv_dim multiples of head_dim, and gemm_mma_bf16's conditions
+/// (cudaErrorInvalidValue otherwise). Every gemm_mma variant applies.
+cudaError_t gemm_mma_rope_kv_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t k, float* y, int64_t ldy,
+                                  int32_t m, const QkvRope& rope, cudaStream_t stream, bool overlap_previous = false);
+
 /// How gemm_mma_bf16 / gemm_mma_silu_bf16 stream W; every variant gives the same bits (a
 /// warp's k steps are summed in ascending order and the warps in warp order in each).
 /// Bit 1: deeper register buffers (8 steps, not 4, per warp and buffer) where the grid
@@ -125,5 +151,11 @@ void set_gemm_mma_variant(int variant);
 /// Host: [W_gate; W_up] (2n rows of k, gate rows first) -> gemm_mma_silu_bf16's layout,
 /// 8 gate rows then the same 8 features' up rows (its 16-row tiles). n % 8 == 0.
 void interleave_gate_up(const uint16_t* gate_up, int64_t n, int64_t k, uint16_t* out);
+
+/// Host: [W_q; W_k; W_v] (k columns) -> gemm_mma_rope_kv_bf16's layout: in each q and k
+/// head, dims c .. c + 7 then c + head_dim / 2 .. + 7 for c = 0, 8, ..; W_v as it is.
+/// head_dim % 16 == 0.
+void interleave_rope_halves(const uint16_t* qkv, int64_t q_dim, int64_t kv_dim, int64_t head_dim, int64_t k,
+                            uint16_t* out);
 
 }  // namespace specpipe::cuda

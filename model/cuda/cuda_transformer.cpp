@@ -83,8 +83,8 @@ CudaTransformer::CudaTransformer(const ModelConfig& config, const ModelWeights* 
   const int64_t qkvd = qd + 2 * kvd;
 
   // --- weights: every matrix as BF16 in one buffer, every vector as FP32 in another ---
-  step_matrix_bytes_ = cuda::upload_weights(d, c, weights_ptr, seed, options_.gemm, options_.fused_step, stream_,
-                                            &device_bytes_);
+  step_matrix_bytes_ = cuda::upload_weights(d, c, weights_ptr, seed, options_.gemm, options_.fused_step,
+                                            options_.qkv_rope, stream_, &device_bytes_);
 
   // --- RoPE table: the CPU table's cos/sin, bit for bit ---
   const cpu::RopeTable table(c.head_dim, c.rope_theta, c.max_position_embeddings, c.rope_scaling);
@@ -180,6 +180,9 @@ KvStoreConfig CudaTransformer::kv_config() const {
 }
 
 std::vector<std::string> CudaTransformer::gemm_algorithms() const {
+  if (options_.gemm == CudaGemm::mma && impl_->gate_up_silu && impl_->qkv_rope)
+    return {"qkv: gemm_mma_rope_kv_bf16 (RoPE and K/V scatter in its epilogue)",
+            "o_proj, down_proj, lm_head: gemm_mma_bf16", "gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)"};
   if (options_.gemm == CudaGemm::mma && impl_->gate_up_silu)
     return {"qkv, o_proj, down_proj, lm_head: gemm_mma_bf16",
             "gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)"};

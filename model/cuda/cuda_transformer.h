@@ -109,6 +109,11 @@ struct CudaTransformerOptions {
   /// when written, all arithmetic FP32 as before. Not with the fused step (refused, as
   /// fused_step_refusal says).
   DType kv_dtype = DType::f32;
+  /// The qkv GEMM rotates q and k and writes the K/V rows in its epilogue
+  /// (gemm_mma_rope_kv_bf16: one launch a layer less, the same bits) where it can: the
+  /// mma GEMM, no fused step, no QK-norm, no qkv biases, FP32 K/V, head_dim % 16 == 0.
+  /// SPECPIPE_QKV_ROPE=0 in the environment turns it off too (A/B timings).
+  bool qkv_rope = true;
 };
 
 class CudaTransformer {

@@ -48,8 +48,6 @@ void enqueue_decoder_layer(const TransformerState& d, const ModelConfig& c, cons
   const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   const TransformerState::Layer& w = d.layers[static_cast<size_t>(l)];
   // attention block (the input norm of layer l > 0 ran with the previous residual)
-  if (!skip_gemms) run_gemm(s.gemm, d.g_qkv, rows.xb, w.qkv, d.qkv, rows_total, qkvd, H, "qkv GEMM", st);
-  if (w.qkv_bias) cuda_try(add_bias(d.qkv, qkvd, w.qkv_bias, rows_total, qkvd, st), "qkv bias");
   float* q = d.qkv;
   float* k = d.qkv + qd;
   float* v = d.qkv + qd + kvd;
@@ -67,20 +65,32 @@ void enqueue_decoder_layer(const TransformerState& d, const ModelConfig& c, cons
   // A BF16 store: the window's K/V also go, rounded, to the dense BF16 rows the
   // attention reads, so a key gives the same floats from the window as from the pool.
   uint16_t* dense_rows = bf16_kv ? d.kv_dense.as<uint16_t>() : nullptr;
-  // Offload write-back: a pool block this forward reuses is written only after the
-  // ring's job has copied this layer of it to the host (an event; device_ring.h).
-  if (s.ring) s.ring->before_write(l);
-  if (!skip_rest && bf16_kv)
-    cuda_try(qk_norm_rope_kv_bf16(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
-                                  c.qk_norm ? w.q_norm : nullptr, c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos,
-                                  d.rope_sin, m.pos, m.slots, rows_total, rows_k, rows_v, /*rows_f32=*/s.stage, kvd,
-                                  dense_rows, dense_rows + kvd, 2 * kvd, st),
-             "qk norm, rope, kv scatter (bf16)");
-  else if (!skip_rest)
-    cuda_try(qk_norm_rope_kv(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim, c.qk_norm ? w.q_norm : nullptr,
-                             c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total,
-                             rows_k, rows_v, kvd, st),
-             "qk norm, rope, kv scatter");
+  if (d.qkv_rope && !skip_gemms) {
+    // RoPE and the K/V scatter in the qkv GEMM's epilogue (its weights laid out for it;
+    // bitwise the GEMM and qk_norm_rope_kv below). Offload write-back: a pool block this
+    // forward reuses is written only after the ring's job has copied this layer of it to
+    // the host (an event; device_ring.h).
+    if (s.ring) s.ring->before_write(l);
+    const QkvRope rope{d.rope_cos, d.rope_sin, m.pos, m.slots, rows_k, rows_v, kvd, static_cast<int32_t>(qd),
+                       static_cast<int32_t>(kvd), c.head_dim};
+    cuda_try(gemm_mma_rope_kv_bf16(rows.xb, H, w.qkv, H, d.qkv, qkvd, rows_total, rope, st, true),
+             "qkv GEMM + rope, kv scatter");
+  } else {
+    if (!skip_gemms) run_gemm(s.gemm, d.g_qkv, rows.xb, w.qkv, d.qkv, rows_total, qkvd, H, "qkv GEMM", st);
+    if (w.qkv_bias) cuda_try(add_bias(d.qkv, qkvd, w.qkv_bias, rows_total, qkvd, st), "qkv bias");
+    if (s.ring) s.ring->before_write(l);  // as above
+    if (!skip_rest && bf16_kv)
+      cuda_try(qk_norm_rope_kv_bf16(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim,
+                                    c.qk_norm ? w.q_norm : nullptr, c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos,
+                                    d.rope_sin, m.pos, m.slots, rows_total, rows_k, rows_v, /*rows_f32=*/s.stage, kvd,
+                                    dense_rows, dense_rows + kvd, 2 * kvd, st),
+               "qk norm, rope, kv scatter (bf16)");
+    else if (!skip_rest)
+      cuda_try(qk_norm_rope_kv(q, k, v, qkvd, c.num_heads, c.num_kv_heads, c.head_dim, c.qk_norm ? w.q_norm : nullptr,
+                               c.qk_norm ? w.k_norm : nullptr, eps, d.rope_cos, d.rope_sin, m.pos, m.slots, rows_total,
+                               rows_k, rows_v, kvd, st),
+               "qk norm, rope, kv scatter");
+  }
   // Offload: the stream waits for this layer's ring slot as late as it can (the GEMM
   // above overlapped its load), and the slot's next load follows the attention. A
   // layer-wise prefill reads its prefix from the dense slot it writes.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <vector>
@@ -40,10 +41,20 @@ void append_bf16(const MatrixWeight& w, std::vector<uint16_t>& out) {
   }
 }
 
+/// SPECPIPE_QKV_ROPE=0 keeps the qkv GEMM and qk_norm_rope_kv apart (A/B timings; read
+/// once).
+bool qkv_rope_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPECPIPE_QKV_ROPE");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 }  // namespace
 
 size_t upload_weights(TransformerState& d, const ModelConfig& c, const ModelWeights* weights, uint64_t seed,
-                      CudaGemm gemm, bool fused_step, cudaStream_t stream, size_t* device_bytes) {
+                      CudaGemm gemm, bool fused_step, bool qkv_rope, cudaStream_t stream, size_t* device_bytes) {
   const int64_t H = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), I = c.intermediate_size, V = c.vocab_size;
   const int64_t qkvd = qd + 2 * kvd;
   size_t step_bytes = 0;
@@ -83,6 +94,13 @@ size_t upload_weights(TransformerState& d, const ModelConfig& c, const ModelWeig
                    (mw ? std::all_of(mw->layers.begin(), mw->layers.end(),
                                      [](const LayerWeights& l) { return l.gate_bias.empty() && l.up_bias.empty(); })
                        : !c.mlp_bias);
+  d.qkv_rope = qkv_rope && gemm == CudaGemm::mma && !fused_step && qkv_rope_enabled() && !c.qk_norm && d.kv_dtype == DType::f32 &&
+               c.head_dim % 16 == 0 &&
+               (mw ? std::all_of(mw->layers.begin(), mw->layers.end(),
+                                 [](const LayerWeights& l) {
+                                   return l.q_bias.empty() && l.k_bias.empty() && l.v_bias.empty();
+                                 })
+                   : !c.attention_bias);
   // One matrix (or several stacked: q|k|v, gate|up) of rows x cols; host parts or random.
   auto add_matrix = [&](std::initializer_list<const MatrixWeight*> parts, int64_t rows, int64_t cols) {
     const size_t at = bf_size;
@@ -127,6 +145,11 @@ size_t upload_weights(TransformerState& d, const ModelConfig& c, const ModelWeig
     const LayerWeights& l = mw->layers[static_cast<size_t>(li)];
     const size_t before = bf_size;
     o.qkv = add_matrix({&l.q_proj, &l.k_proj, &l.v_proj}, qkvd, H);
+    if (d.qkv_rope) {  // gemm_mma_rope_kv_bf16's layout
+      const std::vector<uint16_t> stacked(bf.begin() + static_cast<std::ptrdiff_t>(o.qkv),
+                                          bf.begin() + static_cast<std::ptrdiff_t>(o.qkv + qkvd * H));
+      interleave_rope_halves(stacked.data(), qd, kvd, c.head_dim, H, bf.data() + o.qkv);
+    }
     o.o = add_matrix({&l.o_proj}, H, qd);
     o.gate_up = add_matrix({&l.gate_proj, &l.up_proj}, 2 * I, H);
     if (d.gate_up_silu) {  // gemm_mma_silu_bf16's layout

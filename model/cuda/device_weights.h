@@ -17,12 +17,13 @@
 namespace specpipe::cuda {
 
 /// Lays the weights out, uploads them and sets d's weight pointers (layers, embed,
-/// lm_head, final_norm) and d.gate_up_silu. weights == nullptr: a synthetic model, its
+/// lm_head, final_norm), d.gate_up_silu and d.qkv_rope (where qkv_rope asks and the
+/// shape allows: TransformerState::qkv_rope). weights == nullptr: a synthetic model, its
 /// matrices uniform in [-1/sqrt(cols), 1/sqrt(cols)) from `seed` (filled on `stream`,
 /// then synchronised), norms 1, biases 0 where the config has them. `gemm` is resolved.
 /// Adds the bytes allocated to *device_bytes; returns the BF16 matrix bytes a decode step
 /// reads (all layers' matrices + lm_head). Throws Error.
 size_t upload_weights(TransformerState& d, const ModelConfig& c, const ModelWeights* weights, uint64_t seed,
-                      CudaGemm gemm, bool fused_step, cudaStream_t stream, size_t* device_bytes);
+                      CudaGemm gemm, bool fused_step, bool qkv_rope, cudaStream_t stream, size_t* device_bytes);
 
 }  // namespace specpipe::cuda

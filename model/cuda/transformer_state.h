@@ -134,6 +134,10 @@ struct TransformerState {
   // The gate_up GEMM writes the SiLU gate's BF16 output itself (gemm_mma_silu_bf16; its
   // weights interleaved by 8): mma without the fused step or MLP biases.
   bool gate_up_silu = false;
+  // The qkv GEMM rotates q and k and writes the K/V rows itself (gemm_mma_rope_kv_bf16;
+  // its q and k rows interleaved by half heads): mma without the fused step, QK-norm or
+  // qkv biases, FP32 K/V, head_dim % 16 == 0; SPECPIPE_QKV_ROPE=0 turns it off.
+  bool qkv_rope = false;
   std::string fused_why = "off";
 
   TransformerState() = default;

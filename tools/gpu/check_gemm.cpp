@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_matrix.h"
+#include "kernels/cpu/rope.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "tools/gpu/check_support.h"
@@ -176,6 +177,71 @@ void check_silu_epilogue(Report& report, cudaStream_t stream) {
                      fmt::format("{} outputs compared", got_all.size()));
 }
 
+/// gemm_mma_rope_kv_bf16 over the interleaved weights == gemm_mma_bf16 over [W_q; W_k; W_v]
+/// then qk_norm_rope_kv (no QK-norm), bit for bit: q, k and v in y and the K/V slots, for
+/// m = 1..80 rows (80: a second pass over W), in every gemm_mma variant (the 8B shape's
+/// heads take one-wave grids, 40 x 4 heads of 128 the persistent one at m <= 16).
+void check_rope_epilogue(Report& report, cudaStream_t stream) {
+  struct Shape { int32_t heads, kv, hd; int64_t k; };
+  const int32_t M = 80, max_pos = 4096;
+  const int64_t num_slots = 128;
+  const int before = cuda::gemm_mma_variant();
+  for (const Shape sh : {Shape{32, 8, 128, 512}, Shape{14, 2, 64, 256}, Shape{160, 40, 128, 128}}) {
+    const int64_t qd = int64_t{sh.heads} * sh.hd, kvd = int64_t{sh.kv} * sh.hd, n = qd + 2 * kvd, k = sh.k;
+    const int64_t ldy = n + 8, ldx = k + 32;
+    const auto w16 = to_bf16(random_floats(static_cast<size_t>(n * k), 1301, -0.1f, 0.1f));
+    std::vector<uint16_t> interleaved(w16.size());
+    cuda::interleave_rope_halves(w16.data(), qd, kvd, sh.hd, k, interleaved.data());
+    const auto x = random_floats(static_cast<size_t>(M * ldx), 1302, -2.0f, 2.0f);
+    const cpu::RopeTable table(sh.hd, 500000.0, max_pos, {});
+    const std::vector<float> cos(table.cos(0), table.cos(0) + int64_t{max_pos} * sh.hd / 2);
+    const std::vector<float> sin(table.sin(0), table.sin(0) + int64_t{max_pos} * sh.hd / 2);
+    std::vector<int32_t> positions(M);
+    std::vector<int64_t> slots(M);
+    for (int32_t r = 0; r < M; ++r) {
+      positions[static_cast<size_t>(r)] = (r * 797 + 13) % max_pos;
+      slots[static_cast<size_t>(r)] = (r * 37 + 5) % num_slots;  // distinct: 37 is prime to 128
+    }
+    const auto pool = random_floats(static_cast<size_t>(num_slots * kvd), 1303);
+    DeviceBuffer<float> dx32(x), dcos(cos), dsin(sin), ya(static_cast<size_t>(M * ldy)), yb(static_cast<size_t>(M * ldy)),
+        ak(pool), av(pool), bk(pool), bv(pool);
+    DeviceBuffer<int32_t> dpos(positions);
+    DeviceBuffer<int64_t> dslots(slots);
+    DeviceBuffer<uint16_t> dw(w16), dwi(interleaved), dx16(static_cast<size_t>(M * ldx));
+    CUDA_OK(cuda::f32_to_bf16(dx32.get(), M, k, ldx, dx16.get(), ldx, stream));
+    for (int variant : {0, 1, 2, 3, 4, 8, 11, 15}) {
+      cuda::set_gemm_mma_variant(variant);
+      int64_t differ = 0, compared = 0;
+      for (int32_t m : {1, 3, 5, 8, 9, 16, 33, 64, 80}) {
+        CUDA_OK(cuda::gemm_mma_bf16(dx16.get(), ldx, dw.get(), n, k, ya.get(), ldy, m, stream, true));
+        CUDA_OK(cuda::qk_norm_rope_kv(ya.get(), ya.get() + qd, ya.get() + qd + kvd, ldy, sh.heads, sh.kv, sh.hd,
+                                      nullptr, nullptr, 1e-6f, dcos.get(), dsin.get(), dpos.get(), dslots.get(), m,
+                                      ak.get(), av.get(), kvd, stream));
+        const cuda::QkvRope rope{dcos.get(), dsin.get(), dpos.get(), dslots.get(), bk.get(), bv.get(), kvd,
+                                 static_cast<int32_t>(qd), static_cast<int32_t>(kvd), sh.hd};
+        CUDA_OK(cuda::gemm_mma_rope_kv_bf16(dx16.get(), ldx, dwi.get(), k, yb.get(), ldy, m, rope, stream, true));
+        const auto a = ya.download(), b = yb.download();
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t f = 0; f < n; ++f) {
+            const size_t i = static_cast<size_t>(r * ldy + f);
+            differ += std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]);
+          }
+        compared += m * n;
+        for (const auto& [p, q] : {std::pair{&ak, &bk}, std::pair{&av, &bv}}) {
+          const auto pa = p->download(), pb = q->download();
+          for (size_t i = 0; i < pa.size(); ++i) differ += std::bit_cast<uint32_t>(pa[i]) != std::bit_cast<uint32_t>(pb[i]);
+          compared += static_cast<int64_t>(pa.size());
+        }
+      }
+      report.exact_count(fmt::format("gemm_mma_rope_kv_bf16 == gemm_mma_bf16 + qk_norm_rope_kv (heads {} kv {} hd {} k "
+                                     "{}, variant {}, m = 1..80)",
+                                     sh.heads, sh.kv, sh.hd, k, variant),
+                         differ, fmt::format("{} outputs compared (y, K and V slots)", compared));
+    }
+  }
+  cuda::set_gemm_mma_variant(before);
+}
+
 /// Every gemm_mma variant (gemm.h: deep buffers, persistent blocks, the early
 /// launch of the next kernel, always or for small weights) == the plain kernel
 /// bit for bit, on shapes that take each: 256 tiles (deep at m <= 8), a ragged last tile,
@@ -308,6 +374,7 @@ void check_gemm(Report& report, cudaStream_t stream, const Options& options) {
   std::unique_ptr<cublasLtContext, decltype(&cublasLtDestroy)> guard(lt, cublasLtDestroy);
   check_accuracy_and_invariance(report, lt, stream);
   check_silu_epilogue(report, stream);
+  check_rope_epilogue(report, stream);
   check_mma_variants(report, stream);
   if (options.timing) time_llama8b(report, lt, stream);
 }

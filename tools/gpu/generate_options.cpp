@@ -16,6 +16,7 @@ int parse_generate_options(int argc, char** argv, GenerateOptions& o) {
     if (arg == "--target") o.target_dir = args.value();
     else if (arg == "--draft") o.draft_dir = args.value();
     else if (arg == "--golden") o.golden_path = args.value();
+    else if (arg == "--rope-model") o.rope_model_dir = args.value();
     else if (arg == "--repeat") o.repeat = args.int_value();
     else if (arg == "--tie-tol") o.tie_tol = args.double_value();
     else if (arg == "--logit-tol") o.logit_tol = args.double_value();
@@ -54,7 +55,7 @@ int parse_generate_options(int argc, char** argv, GenerateOptions& o) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--repeat N] [--no-timing] "
+                   "usage: %s [--target DIR] [--draft DIR] [--golden FILE] [--rope-model DIR] [--repeat N] [--no-timing] "
                    "[--tie-tol X] [--logit-tol X] [--max-near-ties N] [--cases N] [--gemm auto|cublaslt|rows|mma] [--draft-gemm auto|cublaslt|rows|mma] "
                    "[--no-graphs] [--fused-draft [--fused-blocks N] [--fused-trace]] "
                    "[--synthetic NAME [--context N] [--prefill-max N] [--seed S] [--iters N]] "

@@ -13,6 +13,9 @@ namespace specpipe::gpu_tool {
 struct GenerateOptions {
   std::string target_dir = "models/demo-target", draft_dir = "models/demo-draft",
               golden_path = "tests/data/golden-public.json";
+  // A Llama-shaped model (no QK-norm) for the qkv RoPE epilogue's check against the
+  // unfused path ("" skips it): the demo pair is Qwen3 and takes the unfused path.
+  std::string rope_model_dir = "models/llama-tiny-random";
   int repeat = 3;
   size_t max_cases = 1000;
   CudaTransformerOptions gpu_options;

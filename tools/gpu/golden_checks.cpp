@@ -4,10 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <cstdlib>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "model/load_model.h"
 #include "tools/gpu/golden_runs.h"
 #include "tools/gpu/tool_support.h"
 
@@ -156,6 +159,56 @@ json check_graphs_vs_eager(CudaTransformer& gt, KvStore& kvt, CudaTransformer& g
           {"problems", bad},
           {"target_graphs", gt.graph_count()},
           {"draft_graphs", gd.graph_count()}};
+}
+
+json compare_qkv_rope(const std::string& model_dir, const json& cases, const CudaTransformerOptions& options,
+                      bool& ok) {
+  const std::unique_ptr<Transformer> cpu = load_transformer(model_dir);
+  const ModelConfig& c = cpu->config();
+  std::vector<std::vector<int32_t>> prompts;
+  size_t longest = 0;
+  for (const auto& cs : cases) {
+    auto p = cs["prompt_ids"].get<std::vector<int32_t>>();
+    for (int32_t& t : p) t %= c.vocab_size;
+    longest = std::max(longest, p.size());
+    prompts.push_back(std::move(p));
+  }
+  const int32_t new_tokens = 48;
+  const auto blocks = static_cast<int32_t>((longest + new_tokens + 32) / 16 + 2);
+  CudaTransformerOptions on = options, off = options;
+  on.qkv_rope = true;
+  off.qkv_rope = false;
+  CudaTransformer fused(c, cpu->weights(), blocks, 16, on), apart(c, cpu->weights(), blocks, 16, off);
+  KvStore kv_fused(fused.kv_config()), kv_apart(apart.kv_config());
+  const auto algorithms = fused.gemm_algorithms();
+  const bool active = !algorithms.empty() && algorithms.front().find("rope") != std::string::npos;
+  const char* env = std::getenv("SPECPIPE_QKV_ROPE");
+  if (!active && !(env && std::strcmp(env, "0") == 0)) ok = false;
+  int equal = 0, runs = 0;
+  json bad = json::array();
+  for (size_t ci = 0; ci < prompts.size(); ++ci)
+    for (bool graphs : {false, true}) {
+      fused.set_graphs(graphs);
+      apart.set_graphs(graphs);
+      std::vector<float> lf, la;
+      const PlainRun f = gpu_plain(fused, kv_fused, prompts[ci], new_tokens, {}, false, &lf);
+      const PlainRun a = gpu_plain(apart, kv_apart, prompts[ci], new_tokens, {}, false, &la);
+      const bool same = f.tokens == a.tokens && lf.size() == la.size() &&
+                        std::memcmp(lf.data(), la.data(), lf.size() * sizeof(float)) == 0;
+      equal += same;
+      ++runs;
+      if (!same) {
+        bad.push_back({{"case", ci}, {"graphs", graphs}});
+        ok = false;
+      }
+    }
+  return {{"model", model_dir},
+          {"epilogue_active", active},
+          {"gemm_algorithms", algorithms},
+          {"runs", runs},
+          {"logits_bitwise_equal_every_step", equal},
+          {"new_tokens", new_tokens},
+          {"problems", bad}};
 }
 
 json compare_fused_draft(CudaTransformer& fused, CudaTransformer& kernels, KvStore& kv, const json& cases,

@@ -3,6 +3,7 @@
 /// (tests/data/golden-public.json cases), the CPU Transformer and itself. Each returns
 /// its part of the report and clears `ok` where a check fails.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -35,6 +36,14 @@ nlohmann::json check_spec(CudaTransformer& gt, KvStore& kvt, CudaTransformer& gd
 /// graphs on in both models.
 nlohmann::json check_graphs_vs_eager(CudaTransformer& gt, KvStore& kvt, CudaTransformer& gd, KvStore& kvd,
                                      const nlohmann::json& cases, bool& ok);
+
+/// (h) The qkv GEMM's RoPE + K/V epilogue (CudaTransformerOptions::qkv_rope) against the
+/// qkv GEMM and qk_norm_rope_kv apart, on the Llama-shaped model in `model_dir`: plain
+/// greedy decoding of every case's prompt (its ids mod the vocabulary), eager and graphed,
+/// logits bitwise equal at every step. Clears `ok` on any difference, or where the
+/// epilogue does not serve the model (unless SPECPIPE_QKV_ROPE=0 turned it off).
+nlohmann::json compare_qkv_rope(const std::string& model_dir, const nlohmann::json& cases,
+                                const CudaTransformerOptions& options, bool& ok);
 
 /// (f): the fused draft step (`fused`) against the per-kernel draft forward (`kernels`): plain
 /// greedy draft decoding of every case on both; the logits at each step up to the first

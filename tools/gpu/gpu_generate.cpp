@@ -14,7 +14,11 @@
 //       with the drafts made one forward per token instead of one greedy chain,
 //   (g) copy-on-write of a shared prefix-cache block through the model's
 //       queue_block_copy: the rolled-back sequence and the one it shared with both
-//       decode the plain output (block_copy_check.cpp).
+//       decode the plain output (block_copy_check.cpp),
+//   (h) unless --rope-model "" : the qkv GEMM's RoPE + K/V epilogue against the GEMM and
+//       qk_norm_rope_kv apart on a Llama-shaped model (models/llama-tiny-random): every
+//       case's prompt (ids mod its vocabulary), 48 tokens, eager and graphed, logits
+//       bitwise equal at every step.
 // --synthetic NAME (tools/gpu/synthetic_models.h: llama3-8b, llama3.1-8b, llama3-1b, qwen3-0.6b,
 // qwen3-4b, qwen3-8b) instead benchmarks a model of that
 // shape with seeded random BF16 weights made on the device: decode step at batch 1 after
@@ -36,7 +40,7 @@
 // Prints one JSON object; exits 1 on a token mismatch that is not a near-tie (or on an
 // error). Links no CAF / ZeroMQ / yaml-cpp: runs from the GPU bundle.
 // The parts: generate_options.h (the command line), golden_runs.h (plain and speculative
-// runs), golden_checks.h ((a)-(c), (e)-(g)), golden_timing.h ((d)); the other modes in
+// runs), golden_checks.h ((a)-(c), (e)-(h)), golden_timing.h ((d)); the other modes in
 // the files named above.
 #include <algorithm>
 #include <cstdint>
@@ -136,6 +140,9 @@ void golden_report(const GenerateOptions& o, json& report, bool& ok) {
 
   // (g) a launched chain (draft-ahead) == the synchronous chain
   report["launched_chain"] = compare_launched_chain(gd, kvd, cases, 5, ok);
+
+  // (h) the qkv GEMM's RoPE + K/V epilogue == the GEMM and qk_norm_rope_kv apart
+  if (!o.rope_model_dir.empty()) report["qkv_rope"] = compare_qkv_rope(o.rope_model_dir, cases, o.gpu_options, ok);
 
   if (o.fused_draft && o.fused_trace) report["fused_trace_cycles"] = fused_trace_cycles(gd, kvd, cases);
 

@@ -76,6 +76,7 @@ json synthetic_bench(const std::string& name, int32_t context, int32_t prefill_m
   std::unique_ptr<CudaTransformer> m = CudaTransformer::random(c, seed, blocks, 16, opt);
   r["build_ms"] = ms_since(t_build);
   r["device_bytes"] = m->device_bytes();
+  r["gemm_algorithms"] = m->gemm_algorithms();
   const auto mat_bytes = static_cast<double>(m->matrix_bytes_per_step());
   const double kv_bytes = static_cast<double>(context) * c.num_layers * 2.0 * static_cast<double>(c.kv_dim()) *
                           static_cast<double>(dtype_size(opt.kv_dtype));
