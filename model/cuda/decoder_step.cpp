@@ -187,9 +187,9 @@ void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const
   }
   // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence
   // embedding, norm, cast / q-k norm, RoPE, KV scatter / attention, cast / residual, next
-  // norm, cast / SiLU gate, cast. Per layer besides the GEMMs: q-k norm + RoPE + KV,
-  // attention (one launch with the counters), two residual + norm, and the SiLU gate
-  // unless the gate_up GEMM writes it (gate_up_silu).
+  // norm, cast / SiLU gate, cast. Per layer besides the GEMMs: q-k norm + RoPE + KV
+  // unless the qkv GEMM does it (qkv_rope), attention (one launch with the counters), two
+  // residual + norm, and the SiLU gate unless the gate_up GEMM writes it (gate_up_silu).
   const LayerRows rows{d.x, d.xb};
   if (!s.skip.rest) enqueue_embedding(d, c, m, rows, st);
   for (int32_t l = 0; l < c.num_layers; ++l) enqueue_decoder_layer(d, c, s, m, l, rows, {nullptr, nullptr}, st);
