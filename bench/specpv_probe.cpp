@@ -25,12 +25,16 @@
 // over the rewound prefix), summed per block. A view of every block is checked to give the
 // full forward's logits bit for bit (no numerics difference in the partial path).
 //
-// Every K/V here is the full path's: the engine's partial rounds also compute their
-// provisional tokens' K/V over the view, which its own rollbacks include on top.
+// By default every K/V here is the full path's. The engine's partial rounds also compute
+// their provisional tokens' K/V over the view, and later partial rounds attend to those:
+// --provisional-kv partial (or both) probes that too (names end in "pkv": the tokens since
+// the refresh are one window over the view, their K/V the view's in every layer).
 //
-// Usage: specpv_probe [--model demo-target] [--prompts bench/prompts/long.jsonl]
-//          [--index 0] [--tokens 64] [--budgets 256,512,1024,2048] [--interval 16]
+// Usage: specpv_probe [--model demo-target] [--prompts bench/prompts/long.jsonl (prompt_ids,
+//          or prompt text: the model's tokenizer)] [--index 0] [--prompt-tokens 0]
+//          [--tokens 64] [--budgets 256,512,1024,2048] [--interval 16]
 //          [--gamma 4] [--picks quest,gap-closed,kv-heads,heads,oracle,mass] [--json F]
+//          [--provisional-kv full|partial|both]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -39,6 +43,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -46,6 +51,7 @@
 #include "kvstore/kv_write_sink.h"
 #include "kvstore/partial_view.h"
 #include "model/load_model.h"
+#include "model/tokenizer/tokenizer.h"
 #include "pipeline/prefill.h"
 
 namespace specpipe {
@@ -76,17 +82,36 @@ struct RowsTap final : QueryTap {
 
 enum class Pick { quest, quest_gap_closed, quest_kv_heads, quest_heads, oracle, mass };
 const char* const kPickNames[] = {"quest", "gap-closed", "kv-heads", "heads", "oracle", "mass"};
+const double kMarginCuts[] = {0.25, 0.5, 1.0, 2.0};
+
+/// Top-1 minus top-2 of a logits row.
+double top2_margin(std::span<const float> row) {
+  float first = -INFINITY, second = -INFINITY;
+  for (float x : row) {
+    if (x > first) {
+      second = first;
+      first = x;
+    } else if (x > second) {
+      second = x;
+    }
+  }
+  return static_cast<double>(first) - second;
+}
 
 struct Probe {
   std::string name;
   int32_t budget = 0;
   Pick pick = Pick::quest;
+  bool partial_kv = false;  // the tokens since the refresh get their K/V over the view (as in partial rounds)
   ViewBudget view;
   std::vector<std::vector<int32_t>> retrieved;  // [layer]
   int32_t candidates_end = 0;                   // the last refresh's candidate blocks end here
   int64_t positions = 0, differ = 0;
   std::vector<double> missed;  // [layer]: sum over positions of the mean missed mass
   std::vector<int64_t> flips;  // [layer]: disagreeing positions that layer's view alone flips
+  // Positions whose partial logits' top-2 margin is below kMarginCuts[i], agreeing or not:
+  // what a partial verdict gated by its own margin would hold back, and what it would catch.
+  std::vector<int64_t> low_agree, low_differ;
   json differing = json::array();
 };
 
@@ -149,15 +174,27 @@ std::vector<int32_t> top_by(std::vector<double> mass, int32_t k, int32_t first, 
 
 int run(const std::string& model_arg, const std::string& prompts_path, int32_t index, int32_t tokens,
         const std::vector<int32_t>& budgets, const std::vector<std::string>& picks, int32_t interval, int32_t gamma,
-        const std::string& json_out) {
+        const std::string& json_out, const std::string& provisional_kv, int32_t prompt_tokens) {
   std::vector<int32_t> prompt;
   {
     std::ifstream in(prompts_path);
     std::string line;
     for (int32_t i = 0; std::getline(in, line); ++i)
-      if (i == index) prompt = json::parse(line)["prompt_ids"].get<std::vector<int32_t>>();
+      if (i == index) {
+        const json j = json::parse(line);
+        prompt = j.contains("prompt_ids")
+                     ? j["prompt_ids"].get<std::vector<int32_t>>()
+                     : Tokenizer::from_file(resolve_model_dir(model_arg) / "tokenizer.json")
+                           .encode(j["prompt"].get<std::string>());
+      }
   }
   if (prompt.empty()) throw std::runtime_error(fmt::format("no prompt {} in {}", index, prompts_path));
+  if (prompt_tokens > 0) {
+    if (prompt.size() < static_cast<size_t>(prompt_tokens))
+      throw std::runtime_error(
+          fmt::format("prompt {}: {} tokens, fewer than --prompt-tokens {}", index, prompt.size(), prompt_tokens));
+    prompt.resize(static_cast<size_t>(prompt_tokens));
+  }
   auto model = load_transformer(resolve_model_dir(model_arg));
   Transformer& m = *model;
   const ModelConfig& c = m.config();
@@ -187,6 +224,10 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
   kv.truncate(seq, P);
 
   std::vector<Probe> probes;
+  std::vector<bool> kv_paths;
+  if (provisional_kv != "partial") kv_paths.push_back(false);
+  if (provisional_kv != "full") kv_paths.push_back(true);
+  for (bool partial_kv : kv_paths)
   for (int32_t b : budgets)
     for (Pick pick : {Pick::quest, Pick::quest_gap_closed, Pick::quest_kv_heads, Pick::quest_heads, Pick::oracle,
                       Pick::mass}) {
@@ -195,10 +236,13 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
       Probe p;
       p.budget = b;
       p.pick = pick;
-      p.name = fmt::format("{} {}", b, name);
+      p.partial_kv = partial_kv;
+      p.name = fmt::format("{} {}{}", b, name, partial_kv ? " pkv" : "");
       p.view = {b / 16, b / 32, b / 4, b * 3 / 16};
       p.missed.assign(static_cast<size_t>(L), 0.0);
       p.flips.assign(static_cast<size_t>(L), 0);
+      p.low_agree.assign(std::size(kMarginCuts), 0);
+      p.low_differ.assign(std::size(kMarginCuts), 0);
       probes.push_back(std::move(p));
     }
 
@@ -250,6 +294,7 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
   };
 
   bool bits_equal = true;
+  bool partial_kv_dirty = false;  // a pkv verdict left the view's K/V since the refresh
   int32_t last_refresh = -1;  // the verified length of the previous refresh (the rewind point)
   std::vector<double> w;
   for (int32_t pos = P; pos < P + tokens; ++pos) {
@@ -330,9 +375,7 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
     const std::vector<float> full(logits.row(0).begin(), logits.row(0).end());
     const int32_t want = logits.argmax(0);
     if (want != S[static_cast<size_t>(pos) + 1]) throw std::runtime_error(fmt::format("position {}: not the plain token", pos));
-    std::vector<float> sorted = full;
-    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
-    const double margin = sorted[0] - sorted[1];
+    const double margin = top2_margin(full);
     if (pos == P) {  // a view of every block: the full forward's bits
       Probe all;  // sink and window of the whole prefix: view_blocks says covers_context
       all.view = {pos, 1, pos, pos};
@@ -351,27 +394,55 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
           for (int32_t t = b * B; t < std::min(pos, (b + 1) * B); ++t) in += weights[static_cast<size_t>(l)][static_cast<size_t>(t)];
         p.missed[static_cast<size_t>(l)] += 1.0 - in;
       }
-      const PrefixView v = view_of(p, pos, last_refresh, -1);
-      forward({&token, 1}, &v, nullptr, LogitsMode::last);
-      const int32_t got = logits.argmax(0);
+      // The partial verdict at pos. With full-path K/V: one row over the view of [0, pos).
+      // With partial-path K/V (pkv): the tokens since the refresh as one window over the
+      // view of [0, last_refresh), so their K/V are the view's in every layer, as the
+      // engine's partial rounds leave them for the next partial rounds.
+      auto verdict = [&](int32_t partial_layer) {
+        if (!p.partial_kv || pos == last_refresh) {
+          const PrefixView v = view_of(p, pos, last_refresh, partial_layer);
+          forward({&token, 1}, &v, nullptr, LogitsMode::last);
+        } else {
+          kv.truncate(seq, last_refresh);
+          const PrefixView v = view_of(p, last_refresh, last_refresh, partial_layer);
+          forward(std::span<const int32_t>(S.data() + last_refresh, static_cast<size_t>(pos - last_refresh + 1)), &v,
+                  nullptr, LogitsMode::last);
+          partial_kv_dirty = true;
+        }
+        return logits.argmax(0);
+      };
+      const int32_t got = verdict(-1);
       ++p.positions;
+      const double own_margin = top2_margin(logits.row(0));
+      for (size_t i = 0; i < std::size(kMarginCuts); ++i)
+        if (own_margin < kMarginCuts[i]) ++(got == want ? p.low_agree : p.low_differ)[i];
       if (got == want) continue;
       ++p.differ;
+      std::vector<float> prow(logits.row(0).begin(), logits.row(0).end());
+      const double partial_margin = prow[static_cast<size_t>(got)] - prow[static_cast<size_t>(want)];
       json layers = json::array();
       for (int32_t l = 0; l < L; ++l) {
-        const PrefixView one = view_of(p, pos, last_refresh, l);
-        forward({&token, 1}, &one, nullptr, LogitsMode::last);
-        if (logits.argmax(0) != want) {
+        if (verdict(l) != want) {
           ++p.flips[static_cast<size_t>(l)];
           layers.push_back(l);
         }
       }
       p.differing.push_back({{"position", pos}, {"since_refresh", pos - last_refresh}, {"full", want}, {"partial", got},
-                             {"full_margin", margin}, {"flipped_by_layer_alone", layers}});
+                             {"full_margin", margin}, {"partial_margin", partial_margin},
+                             {"flipped_by_layer_alone", layers}});
     }
-    // Leave the full path's K/V at pos and commit it.
-    forward({&token, 1}, nullptr, nullptr, LogitsMode::last);
-    kv.commit(seq, {&token, 1});
+    // Leave the full path's K/V at pos and commit it (after a pkv verdict, the full path's
+    // K/V since the refresh again).
+    if (partial_kv_dirty) {
+      kv.truncate(seq, last_refresh);
+      const std::span<const int32_t> again(S.data() + last_refresh, static_cast<size_t>(pos - last_refresh + 1));
+      forward(again, nullptr, nullptr, LogitsMode::last);
+      kv.commit(seq, again);
+      partial_kv_dirty = false;
+    } else {
+      forward({&token, 1}, nullptr, nullptr, LogitsMode::last);
+      kv.commit(seq, {&token, 1});
+    }
   }
 
   json out = {{"prompt_tokens", P}, {"tokens", tokens}, {"interval", interval}, {"gamma", gamma},
@@ -390,11 +461,19 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
     }
     std::string flips;
     for (int32_t l = 0; l < L; ++l) flips += fmt::format(" {}", p.flips[static_cast<size_t>(l)]);
-    std::printf("%-18s %7.1f%% %5lld/%lld %s | flips by one layer:%s\n", p.name.c_str(),
+    std::string low;
+    json jl = json::array();
+    for (size_t i = 0; i < std::size(kMarginCuts); ++i) {
+      low += fmt::format(" <{}: {}/{}", kMarginCuts[i], p.low_agree[i], p.low_differ[i]);
+      jl.push_back({{"below", kMarginCuts[i]}, {"agree", p.low_agree[i]}, {"differ", p.low_differ[i]}});
+    }
+    std::printf("%-18s %7.1f%% %5lld/%lld %s | flips by one layer:%s | partial margin agree/differ:%s\n", p.name.c_str(),
                 100.0 * static_cast<double>(p.positions - p.differ) / static_cast<double>(p.positions),
-                static_cast<long long>(p.differ), static_cast<long long>(p.positions), missed.c_str(), flips.c_str());
+                static_cast<long long>(p.differ), static_cast<long long>(p.positions), missed.c_str(), flips.c_str(),
+                low.c_str());
     out["probes"].push_back({{"name", p.name}, {"budget", p.budget}, {"positions", p.positions}, {"differ", p.differ},
-                             {"missed_mass_per_layer", jm}, {"flips_by_layer_alone", jf}, {"differing", p.differing}});
+                             {"missed_mass_per_layer", jm}, {"flips_by_layer_alone", jf}, {"low_partial_margin", jl},
+                             {"differing", p.differing}});
   }
   if (!json_out.empty()) std::ofstream(json_out) << out.dump(1) << "\n";
   return bits_equal ? 0 : 1;
@@ -405,13 +484,14 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
 
 int main(int argc, char** argv) {
   CLI::App app("Why SpecPV's partial verdicts disagree with full ones (CPU)");
-  std::string model = "demo-target", prompts = "bench/prompts/long.jsonl", json_out;
-  int32_t index = 0, tokens = 64, interval = 16, gamma = 4;
+  std::string model = "demo-target", prompts = "bench/prompts/long.jsonl", json_out, provisional_kv = "full";
+  int32_t index = 0, tokens = 64, interval = 16, gamma = 4, prompt_tokens = 0;
   std::vector<int32_t> budgets{256, 512, 1024, 2048};
   std::vector<std::string> picks{"quest", "gap-closed", "kv-heads", "heads", "oracle", "mass"};
   app.add_option("--model", model, "checkpoint directory or name under models/")->capture_default_str();
   app.add_option("--prompts", prompts, "JSONL of {prompt_ids}")->capture_default_str();
   app.add_option("--index", index, "which line")->capture_default_str();
+  app.add_option("--prompt-tokens", prompt_tokens, "cut the prompt to its first N tokens (0: whole)")->capture_default_str();
   app.add_option("--tokens", tokens, "positions of the continuation probed")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--budgets", budgets, "view budgets (split as bench/specpv_bench.sh)")->delimiter(',')->capture_default_str();
   app.add_option("--picks", picks, "block choices probed: quest, gap-closed, kv-heads, heads, oracle, mass")
@@ -419,9 +499,14 @@ int main(int argc, char** argv) {
   app.add_option("--interval", interval, "tokens between refreshes")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--gamma", gamma, "drafts in a refresh window")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--json", json_out, "write the JSON report here");
+  app.add_option("--provisional-kv", provisional_kv,
+                 "K/V of the tokens since the refresh: full (the full path's), partial (computed over the view, as "
+                 "the engine's partial rounds do: names end in pkv) or both")
+      ->check(CLI::IsMember({"full", "partial", "both"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
-    return specpipe::run(model, prompts, index, tokens, budgets, picks, interval, gamma, json_out);
+    return specpipe::run(model, prompts, index, tokens, budgets, picks, interval, gamma, json_out, provisional_kv,
+                         prompt_tokens);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "specpv_probe: %s\n", e.what());
     return 2;
