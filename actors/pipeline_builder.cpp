@@ -57,6 +57,10 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     // (measured on an H100: a third to a half of the SMs best; all of them starve the
     // target, docs/BENCHMARKS.md section 5).
     if (draft_ahead) draft_options.fused_sm_share = 0.5f;
+    // and its chain steps' one-row GEMMs do not launch the next kernel early: the early
+    // blocks waiting on the SMs slow the verify forward beside them
+    // (kernels/cuda/early_launch.h).
+    draft_options.one_row_early_launch = !draft_ahead;
     draft = open_model(resolve_model_dir(c.models.draft), draft_options);
     if (draft->config().vocab_size != target->config().vocab_size)
       fail(ErrorCode::invalid_argument, "draft model {} has a vocabulary of {}, the target {}", c.models.draft,

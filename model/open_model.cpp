@@ -37,6 +37,7 @@ std::unique_ptr<ForwardModel> open_model(const std::filesystem::path& model_dir,
   o.fused_blocks = options.fused_blocks;
   o.fused_sm_share = options.fused_sm_share;
   o.high_priority_stream = options.high_priority_stream;
+  o.one_row_early_launch = options.one_row_early_launch;
   o.gemm = parse_cuda_gemm(options.gemm);
   o.kv_dtype = options.kv_dtype;
   // Decode steps and verify windows of a few sequences replay graphs; prefill runs eagerly.

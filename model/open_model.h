@@ -25,6 +25,9 @@ struct ModelOptions {
   /// Device models: the model's stream takes the device's highest priority (the target,
   /// whose verification is on the critical path while a drafter drafts ahead).
   bool high_priority_stream = false;
+  /// Device models: whether one-row GEMMs may launch the next kernel early
+  /// (CudaTransformerOptions::one_row_early_launch; off for a draft that drafts ahead).
+  bool one_row_early_launch = true;
   /// Device models: the projections' GEMM by name ("auto", "cublaslt", "rows", "mma";
   /// CudaTransformerOptions::gemm). Ignored on the CPU.
   std::string gemm = "auto";

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/early_launch.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -26,7 +27,22 @@ namespace {
 /// -1 until read from SPECPIPE_GEMM_MMA_VARIANT (gemm.h).
 std::atomic<int> mma_variant{-1};
 
+/// early_launch.h: false while a NoOneRowEarlyLaunch lives on this thread.
+thread_local bool one_row_early = true;
+
 }  // namespace
+
+bool one_row_early_launch() { return one_row_early; }
+
+NoOneRowEarlyLaunch::NoOneRowEarlyLaunch(bool active) : previous_(one_row_early) {
+  static const bool ignored = [] {
+    const char* e = std::getenv("SPECPIPE_ONE_ROW_EARLY_LAUNCH");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  if (active && !ignored) one_row_early = false;
+}
+
+NoOneRowEarlyLaunch::~NoOneRowEarlyLaunch() { one_row_early = previous_; }
 
 int gemm_mma_variant() {
   int v = mma_variant.load(std::memory_order_relaxed);
@@ -354,7 +370,9 @@ cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const
                            const QkvRope& rope) {
   const int variant = gemm_mma_variant();
   const bool small_weights = 2 * n * k <= kEarlyLaunchMaxWeightBytes;  // W: n rows of k bf16
-  const bool early_launch = ((variant & 4) || ((variant & 8) && small_weights && m == 1)) && overlap_previous &&
+  // Bit 8 only where the thread allows it (early_launch.h: not a draft beside a verify).
+  const bool one_row = (variant & 8) && small_weights && m == 1 && one_row_early_launch();
+  const bool early_launch = ((variant & 4) || one_row) && overlap_previous &&
                             blocks <= resident_blocks<kTiles, kEpi, kDepth, kPersistent>();
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kEpi, kDepth, kPersistent>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,

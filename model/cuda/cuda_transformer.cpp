@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention_plan.h"
+#include "kernels/cuda/early_launch.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_cache.h"
 #include "model/cuda/cuda_forward_model.h"
@@ -499,6 +500,8 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
                                               {options_.max_tokens, d.num_blocks, d.block_size, d.meta_layout});
 
   const std::lock_guard stream_lock(d.stream_mutex);
+  // Every launch and graph capture below (early_launch.h: a draft beside a verify).
+  const cuda::NoOneRowEarlyLaunch one_row_scope(!options_.one_row_early_launch);
   // Another stream's work this forward's sync covers (taken now: a failure drops it).
   const Event join = defer ? Event{} : std::exchange(join_, Event{});
   // Input ids read on the device (place_tokens), taken now (a failure drops them):

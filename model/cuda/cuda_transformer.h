@@ -102,6 +102,11 @@ struct CudaTransformerOptions {
   /// The model's stream gets the device's highest priority: its blocks are scheduled
   /// before those of other streams (a target verifying while its drafter drafts ahead).
   bool high_priority_stream = false;
+  /// Whether the one-row GEMMs of this model's forwards may let the next kernel launch
+  /// early (kernels/cuda/gemm.h, variant bit 8). Off for a draft model that drafts beside
+  /// the target's verify forward, whose early blocks would slow it
+  /// (kernels/cuda/early_launch.h). The same bits either way.
+  bool one_row_early_launch = true;
   /// Element type of the K/V store: the pool, the layer ring's slots, the host tier the
   /// ring reads (its layout's dtype must match) and the window's own K/V as the attention
   /// reads them. f32 (default) or bf16: half the bytes (a context twice as long in the

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_matrix.h"
 #include "kernels/cpu/rope.h"
+#include "kernels/cuda/early_launch.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "tools/gpu/check_support.h"
@@ -287,8 +289,32 @@ void check_mma_variants(Report& report, cudaStream_t stream) {
                                      sh.silu ? "silu" : "bf16", n, k),
                          differ, fmt::format("{} outputs compared", got.size()));
     }
+    // The default under a draft's scope (early_launch.h: bit 8 off on this thread).
+    const cuda::NoOneRowEarlyLaunch scope;
+    const auto got = outputs(cuda::kDefaultMmaVariant);
+    int64_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != plain[i];
+    report.exact_count(fmt::format("gemm_mma default without one-row early launch == variant 0 ({} n {} k {})",
+                                   sh.silu ? "silu" : "bf16", n, k),
+                       differ, fmt::format("{} outputs compared", got.size()));
   }
   cuda::set_gemm_mma_variant(before);
+  // The scope is the calling thread's, nests, and ends with its object.
+  int64_t wrong = !cuda::one_row_early_launch();
+  {
+    const cuda::NoOneRowEarlyLaunch outer;
+    bool other = false;
+    std::thread([&] { other = cuda::one_row_early_launch(); }).join();
+    wrong += cuda::one_row_early_launch() + !other;
+    {
+      const cuda::NoOneRowEarlyLaunch inner;
+      const cuda::NoOneRowEarlyLaunch off(false);
+      wrong += cuda::one_row_early_launch();
+    }
+    wrong += cuda::one_row_early_launch();
+  }
+  wrong += !cuda::one_row_early_launch();
+  report.exact_count("NoOneRowEarlyLaunch: per thread, nested, restored", wrong);
 }
 
 double copy_bandwidth_GBps(Report& report, cudaStream_t stream) {

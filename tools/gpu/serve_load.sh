@@ -26,8 +26,10 @@
 # level, "1:16 8:4 32:4 128:2": 16 at one client covers every public prompt alone),
 # MAX_TOKENS (64), DRAFT_GAMMAS ("2 4 6"), NGRAM_GAMMA (4), MODES ("plain draft ngram scv";
 # also scv_line: SCV with the plugin's costs_by_gamma false;
-# also plain_mb and draft_mb: two micro-batches in flight, serve_load_micro.yaml; off:
-# servers with the draft model that never draft, for what that costs),
+# also draft_fused: the draft model at each gamma of DRAFT_GAMMAS with models.draft_fused_step
+# (its steps as one persistent kernel); also plain_mb and draft_mb: two micro-batches in
+# flight, serve_load_micro.yaml; off: servers with the draft model that never draft, for
+# what that costs),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
 # SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
 # syncs too), SCV_LOG_LEVEL (the SCV server's log level, e.g. debug: its plan decisions),
@@ -109,6 +111,9 @@ run_modes() {
     case "$mode" in
       plain) run_mode "${prefix}plain" "$here/serve_load.yaml" --no-spec ;;
       draft) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g$g" "$here/serve_load.yaml" --drafter model --gamma "$g"; done ;;
+      draft_fused)
+        printf 'models:\n  draft_fused_step: true\n' | cat "$here/serve_load.yaml" - >"$out/fused.yaml"
+        for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}fused_g$g" "$out/fused.yaml" --drafter model --gamma "$g"; done ;;
       ngram) run_mode "${prefix}ngram_g${NGRAM_GAMMA:-4}" "$here/serve_load.yaml" --drafter ngram --gamma "${NGRAM_GAMMA:-4}" ;;
       # SCV_LOG_LEVEL=debug: the plugin's decisions in serve_scv.log (a line each time the
       # round's largest gamma changes: batch, costs, planned and plain tokens per ms).
