@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "actors/draft_actor.h"
 #include "actors/kv_router_actor.h"
@@ -189,6 +191,11 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
       // before it, so each round in flight keeps its drafts in its slot's buffer
       // (RoundBatch::slot, ARCHITECTURE.md section 4).
       drafter->keep_drafts_on_device(drafts_readable, c.scheduler.micro_batches);
+      // A request alone gets its draft prefill beside the target's (ModelDrafter::
+      // prefill_when_idle), where the drafter drafts ahead on its own stream.
+      // SPECPIPE_DRAFT_PREFILL_WHEN_IDLE=0 keeps it lazy (for A/B timings in one build).
+      const char* idle_env = std::getenv("SPECPIPE_DRAFT_PREFILL_WHEN_IDLE");
+      drafter->prefill_when_idle(draft_ahead && !(idle_env != nullptr && std::string_view(idle_env) == "0"));
       p.drafter = std::move(drafter);
       break;
     }

@@ -43,8 +43,18 @@ void ModelDrafter::start(RequestId request, std::span<const int32_t> context) {
   if (sequences_.count(request)) fail(ErrorCode::invalid_argument, "drafter: request {} already started", request);
   check_fits(*model_, kv_, static_cast<int64_t>(context.size()) + 1);
   // Lazy: the prompt reaches the draft KV with the first proposal (catch_up), so a
-  // sequence that a verify_plan strategy never speculates for costs no draft prefill.
-  sequences_.emplace(request, Sequence{kv_.add_sequence({}), {context.begin(), context.end()}});
+  // sequence that a verify_plan strategy never speculates for costs no draft prefill;
+  // with prefill_when_idle, a sequence alone is prefilled now (beside the target's prefill).
+  const SeqId seq = kv_.add_sequence({});
+  const Sequence& s = sequences_.emplace(request, Sequence{seq, {context.begin(), context.end()}}).first->second;
+  const auto n = static_cast<int32_t>(context.size());
+  if (!prefill_when_idle_ || sequences_.size() != 1 || n == 0 || kv_.blocks_needed(seq, n) > kv_.free_blocks()) return;
+  const Stopwatch clock;
+  kv_.reserve(seq, n);
+  const std::vector<PrefillItem> items{{seq, s.context}};
+  prefill_windows(*model_, kv_, writer_, items, prefill_chunk_, logits_);
+  kv_.commit(seq, s.context);
+  prefill_ms_ += clock.elapsed_ms();
 }
 
 std::span<const int32_t> ModelDrafter::catch_up(Sequence& s) {

@@ -70,6 +70,14 @@ class ModelDrafter final : public Drafter {
     slots_ = slots;
   }
   void round_slot(int32_t slot) override { slot_ = slot; }
+  /// On: a sequence started while no other is running has its context prefilled into the
+  /// draft KV at once, beside the target's prefill of the same prompt (the scheduler sends
+  /// DraftStart before the admission), instead of in its first proposal, where the catch-up
+  /// held up the request's first token (a device drafter at one client: about 0.75 ms a
+  /// request, docs/BENCHMARKS.md section 8). Sequences started beside others stay lazy:
+  /// their catch-ups are prefilled together in their first proposal, and a verify_plan
+  /// strategy that never drafts for one costs it no draft prefill.
+  void prefill_when_idle(bool on) { prefill_when_idle_ = on; }
   /// Rounds whose drafts (some of them) left on the device (Proposal::on_device).
   int64_t device_draft_rounds() const { return device_draft_rounds_; }
 
@@ -148,6 +156,7 @@ class ModelDrafter final : public Drafter {
 
   bool draft_ahead_;
   bool drafts_on_device_ = false;
+  bool prefill_when_idle_ = false;  // prefill_when_idle
   int32_t slots_ = 1;               // rounds in flight (keep_drafts_on_device)
   int32_t slot_ = 0;                // the round's slot (round_slot)
   int64_t device_draft_rounds_ = 0;

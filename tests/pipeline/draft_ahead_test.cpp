@@ -141,6 +141,58 @@ TEST(DraftAhead, ReportsTheCatchUpPrefillOnce) {
   drafter->finish(1);
 }
 
+// prefill_when_idle: a sequence started while no other runs is prefilled at start (beside
+// the target's prefill, off its first token's path); one started beside others stays lazy.
+// Neither moves a draft: the same proposals as a lazy drafter's, round after round.
+TEST(DraftAhead, PrefillsAtStartOnlyWhenIdleAndProposesTheSame) {
+  auto lazy = make_drafter(true), eager = make_drafter(true);
+  eager->prefill_when_idle(true);
+  const auto& cases = test::golden_public()["cases"];
+  std::vector<Driven> seqs;
+  for (size_t i = 0; i < 2; ++i) {
+    Driven d{test::ids(cases[i]["prompt_ids"]), test::ids(cases[i]["target_greedy_96"]), 0, {}};
+    d.appended = {d.prompt.back()};
+    const std::span<const int32_t> context(d.prompt.data(), d.prompt.size() - 1);
+    const int32_t free_before = eager->kv().occupancy().free_blocks;
+    lazy->start(static_cast<RequestId>(i), context);
+    eager->start(static_cast<RequestId>(i), context);
+    EXPECT_EQ(lazy->take_prefill_ms(), 0.0);
+    if (i == 0) {  // alone: prefilled now, its context committed
+      EXPECT_GT(eager->take_prefill_ms(), 0.0);
+      EXPECT_LT(eager->kv().occupancy().free_blocks, free_before);
+    } else {  // beside the first: lazy
+      EXPECT_EQ(eager->take_prefill_ms(), 0.0);
+      EXPECT_EQ(eager->kv().occupancy().free_blocks, free_before);
+    }
+    seqs.push_back(std::move(d));
+  }
+  ASSERT_NO_THROW(eager->kv().check_invariants());
+  Rng rng(5);
+  for (int round = 0; round < 12; ++round) {
+    const int32_t gamma = 2 + round % 4;
+    if (std::any_of(seqs.begin(), seqs.end(), [&](const Driven& d) { return d.emitted + gamma + 1 > d.target.size(); }))
+      break;
+    std::vector<DraftItem> items;
+    for (size_t i = 0; i < seqs.size(); ++i)
+      items.push_back({static_cast<RequestId>(i), seqs[i].appended, gamma, cpu::SamplingParams{}, &rng});
+    std::vector<Proposal> want, got;
+    lazy->propose(items, want);
+    eager->propose(items, got);
+    lazy->after_propose();
+    eager->after_propose();
+    ASSERT_NO_THROW(eager->kv().check_invariants()) << "round " << round;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      ASSERT_EQ(got[i].tokens, want[i].tokens) << "round " << round << ", sequence " << i;
+      verify(seqs[i], want[i].tokens);
+    }
+  }
+  for (RequestId r : {0, 1}) {
+    lazy->finish(r);
+    eager->finish(r);
+  }
+  EXPECT_EQ(eager->kv().occupancy().free_blocks, eager->kv().occupancy().total_blocks);
+}
+
 TEST(DraftGammas, EachSequenceKeepsItsOwnGammaAndGammaZeroCostsNothing) {
   // A verify_plan strategy (SCV) gives each sequence its own gamma, 0 for some. The
   // drafter runs one chain of the longest gamma for all drafting sequences: each must
