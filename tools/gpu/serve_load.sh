@@ -27,9 +27,9 @@
 # MAX_TOKENS (64), DRAFT_GAMMAS ("2 4 6"), NGRAM_GAMMA (4), MODES ("plain draft ngram scv";
 # also scv_line: SCV with the plugin's costs_by_gamma false;
 # also draft_fused: the draft model at each gamma of DRAFT_GAMMAS with models.draft_fused_step
-# (its steps as one persistent kernel); also plain_mb and draft_mb: two micro-batches in
-# flight, serve_load_micro.yaml; off: servers with the draft model that never draft, for
-# what that costs),
+# (its steps as one persistent kernel); also draft_noahead: the same with draft-ahead off;
+# also plain_mb and draft_mb: two micro-batches in flight, serve_load_micro.yaml; off:
+# servers with the draft model that never draft, for what that costs),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
 # SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
 # syncs too), SCV_LOG_LEVEL (the SCV server's log level, e.g. debug: its plan decisions),
@@ -111,6 +111,11 @@ run_modes() {
     case "$mode" in
       plain) run_mode "${prefix}plain" "$here/serve_load.yaml" --no-spec ;;
       draft) for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}draft_g$g" "$here/serve_load.yaml" --drafter model --gamma "$g"; done ;;
+      # draft_noahead: the draft model at each gamma of DRAFT_GAMMAS without draft-ahead
+      # (slots.drafter.draft_ahead off: no chain beside the verify).
+      draft_noahead)
+        sed 's/^    max_gamma: 6$/&\n    draft_ahead: "off"/' "$here/serve_load.yaml" >"$out/noahead.yaml"
+        for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}noahead_g$g" "$out/noahead.yaml" --drafter model --gamma "$g"; done ;;
       draft_fused)
         printf 'models:\n  draft_fused_step: true\n' | cat "$here/serve_load.yaml" - >"$out/fused.yaml"
         for g in ${DRAFT_GAMMAS:-2 4 6}; do run_mode "${prefix}fused_g$g" "$out/fused.yaml" --drafter model --gamma "$g"; done ;;
