@@ -4,10 +4,12 @@
 # our kernels and the GEMMs, the demo pair's golden continuations and speculation == plain
 # (specpipe_gpu_generate), and offload_check.sh (the ring and host tier bit for bit against
 # all-on-GPU, offload_engine_test on the device). Here:
-#   SPECPIPE_BUNDLE_TOOLS="specpipe_cuda_check specpipe_gpu_generate offload_engine_test" \
+#   SPECPIPE_BUNDLE_TOOLS="specpipe_cuda_check specpipe_gpu_generate offload_engine_test \
+#     specpipe specpv_test specpv_long_test specpipe_specpv_gpu" \
 #   SPECPIPE_BUNDLE_PLUGINS="specpipe_nwor specpipe_scv specpipe_specpv specpipe_faulty_plugin" \
 #   SPECPIPE_GPU_BUILD=<build dir> SPECPIPE_BUNDLE=gpu-bundle-final tools/gpu/bundle.sh
-# (three binaries: with a fourth the bundle and the tracked files pass the 64 MiB cap).
+# (~10 MB packed with xz -9; the SpecPV tools are for the SpecPV checks run beside this
+# script: SUITES="specpv_test specpv_long_test" BENCH=0 MEMCHECK=0 tools/gpu/engine_check.sh).
 # There: SPECPIPE_BUNDLE=gpu-bundle-final bash tools/gpu/stop_check.sh
 # racecheck is left out: it has not finished the attention group in 240 s since the BF16
 # key staging (kernels/cuda/README.md, "Eleventh session").
