@@ -324,8 +324,8 @@ class Scheduler : public scheduler_actor::base {
     int64_t window_tokens = 0;
     // A sequence drafting for the first time, or again after more than kCatchUpRounds of
     // its own rounds without drafts, has the draft model catch up on its context first
-    // (its whole prompt the first time): that round says nothing about what drafting
-    // costs a round. Counted per sequence: with micro-batches the global round numbers
+    // (its whole prompt the first time): that round is not a usual drafting round, but
+    // what it cost beyond one is a cost of drafting (CostModel). Counted per sequence: with micro-batches the global round numbers
     // interleave, so their difference would overstate a sequence's gap.
     constexpr int64_t kCatchUpRounds = 4;
     bool catch_up = false;
@@ -346,10 +346,10 @@ class Scheduler : public scheduler_actor::base {
       if (item.error.empty())
         observed.push_back({item.request, static_cast<int32_t>(item.drafts.size()), std::max(0, item.accepted - held)});
     }
-    if (!catch_up)
-      // The round's own cost: not the time it waited for other micro-batches' rounds.
-      costs_.add_round(
-          {static_cast<int32_t>(b.items.size()), draft_steps, window_tokens, t.draft_ms, t.verify_ms, wall - queued});
+    // The round's own cost: not the time it waited for other micro-batches' rounds. A
+    // catch-up round counts only for what it cost beyond a usual one (CostModel).
+    costs_.add_round({static_cast<int32_t>(b.items.size()), draft_steps, window_tokens, t.draft_ms, t.verify_ms,
+                      wall - queued, catch_up});
     planner().observe(observed);
     observe_views(b);
     for (RoundItem& item : b.items) {

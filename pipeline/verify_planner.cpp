@@ -108,6 +108,19 @@ double CostModel::token_ms(const Bucket& b, const PlanCosts& pooled) const {
 }
 
 void CostModel::add_round(const RoundSample& r) {
+  if (r.catch_up) {
+    if (r.sequences <= 1 || r.draft_steps <= 0 || !(r.wall_ms > 0)) return;
+    // What it cost beyond a usual round of its size, gamma and window (drafting costs
+    // and all); before this size's costs are measured, nothing is known to subtract.
+    const PlanCosts c = usual_costs(r.sequences, 0);
+    if (c.verify_base_ms <= 0 && c.verify_token_ms <= 0) return;
+    const double usual = c.draft_base_ms + c.draft_step_ms * r.draft_steps + c.verify_base_ms +
+                         c.verify_token_ms * static_cast<double>(r.window_tokens);
+    Bucket& b = buckets_[bucket_of(r.sequences)];
+    b.catch_up_ms = kCatchUpKeep * b.catch_up_ms + std::max(0.0, r.wall_ms - usual);
+    b.catch_up_rounds = kCatchUpKeep * b.catch_up_rounds + 1;
+    return;
+  }
   if (r.draft_steps > 0) draft_.add(r.draft_steps, r.draft_ms);
   verify_.add(static_cast<double>(r.window_tokens), r.verify_ms);
   if (r.sequences <= 0) return;
@@ -124,6 +137,8 @@ void CostModel::add_round(const RoundSample& r) {
     b.since_plain = 0;
   } else {
     ++b.since_plain;
+    b.catch_up_ms *= kCatchUpKeep;
+    b.catch_up_rounds = kCatchUpKeep * b.catch_up_rounds + 1;
     // Kept whole: the drafts' window tokens come off at the slope known when the line is
     // read (with the slope of the time each round was added, rounds added as the slope
     // moved disagreed, and a drafting cost counted twice or not at all froze SCV off).
@@ -296,6 +311,15 @@ const CostModel::Bucket* CostModel::nearest_drafting(size_t k) const {
 }
 
 PlanCosts CostModel::costs(int32_t sequences, int32_t token_budget) const {
+  PlanCosts c = usual_costs(sequences, token_budget);
+  if (sequences > 1) {
+    const Bucket& b = buckets_[bucket_of(sequences)];
+    if (b.catch_up_rounds > 0) c.draft_base_ms += b.catch_up_ms / b.catch_up_rounds;
+  }
+  return c;
+}
+
+PlanCosts CostModel::usual_costs(int32_t sequences, int32_t token_budget) const {
   PlanCosts c = pooled(token_budget);
   if (sequences <= 0) return c;
   const size_t k = bucket_of(sequences);

@@ -116,6 +116,10 @@ struct RoundSample {
   double draft_ms = 0;        ///< the draft actor's time
   double verify_ms = 0;       ///< the verifier's time (its forward and verdicts)
   double wall_ms = 0;         ///< the round from the scheduler's send to its verdicts
+  /// A sequence drafted for the first time or after a pause: the draft model caught up
+  /// on its context in this round. Not a usual round: only what it cost beyond one is
+  /// kept (CostModel::costs).
+  bool catch_up = false;
 };
 
 /// Running estimates of the costs a planner needs, by batch size, from each round's
@@ -142,6 +146,15 @@ struct RoundSample {
 /// off saves. Until draft steps have varied by about a step, or when the fit is
 /// implausible (a negative fixed cost), all draft time counts per step: the per-step cost
 /// is never above the plain average.
+///
+/// Catch-up rounds (RoundSample::catch_up) stay out of the lines, but what each cost
+/// beyond the usual drafting round its size and gamma have (the draft model's prefill of a
+/// prompt or of what was decided while a sequence was off) is a cost of drafting at that
+/// batch size: from 2 sequences up it is averaged over the size's drafting rounds and
+/// added to draft_base_ms. Left out, drafting looked cheap at 8 clients on an H100, where
+/// each request's first round carries its prompt's catch-up (every few rounds there) and
+/// every fixed gamma lost to plain. At one sequence the prompt's catch-up happens at the
+/// request's start when the drafter drafts ahead, and the plan is by measured rounds.
 class CostModel {
  public:
   void add_round(const RoundSample& round);
@@ -204,6 +217,10 @@ class CostModel {
     int32_t since_plain = 0;                      // drafting rounds since the last plain one
     std::array<DraftRound, kDraftKept> drafting{};  // the last rounds with drafts (a ring)
     size_t drafting_seen = 0;                        // rounds with drafts so far
+    // Catch-ups' cost beyond a usual round, decayed per drafting round (catch-ups
+    // included), and those rounds' decayed count: their ratio is the share a drafting
+    // round pays.
+    double catch_up_ms = 0, catch_up_rounds = 0;
     /// The kept drafting rounds, their drafts' window tokens off at `token_ms` each,
     /// sorted by draft length, then cost; returns how many.
     size_t sorted_drafting(std::array<DraftRound, kDraftKept>& at, double token_ms) const;
@@ -218,6 +235,10 @@ class CostModel {
     /// a window), or at the sizes measured when token_ms < 0. Needs plain_seen > 0.
     double plain_at(double n, double token_ms) const;
   };
+  /// Drafting rounds' decay for the catch-up share: about the last 50 count.
+  static constexpr double kCatchUpKeep = 0.98;
+  /// costs() without the catch-up share.
+  PlanCosts usual_costs(int32_t sequences, int32_t token_budget) const;
   PlanCosts pooled(int32_t token_budget) const;
   /// The nearest bucket to `k` with plain and drafting rounds (of two as near, the
   /// larger), or null.

@@ -9,7 +9,8 @@
 // carries the draft model's catch-up, a longer gamma than the last round's misses the
 // draft-ahead chain, and each prompt has its own acceptance. The
 // scheduler's part (actors/scheduler_actor.cpp) is mirrored: a plain round where
-// CostModel::plain_due says so, catch-up rounds left out of the model, per-sequence
+// CostModel::plain_due says so, catch-up rounds kept for what they cost beyond a usual
+// round only, per-sequence
 // acceptance fed back.
 #include <gtest/gtest.h>
 
@@ -169,9 +170,8 @@ Result serve(int32_t gamma, const Options& options) {
       }
       if (catch_up) wall += kCatchUpMs;
       const double token_ms = 0.001 + 0.007 * std::log2(n) / 7;
-      if (!catch_up)
-        model.add_round({n, top, window, 0.2 * wall, 0.6 * round_ms(n, 0) + token_ms * static_cast<double>(window - n),
-                         wall});
+      model.add_round({n, top, window, 0.2 * wall, 0.6 * round_ms(n, 0) + token_ms * static_cast<double>(window - n),
+                       wall, catch_up});
       scv.observe(seen);
       // The level's clock runs from its first measured round (the warm-ups came first).
       if (measured_tokens > 0 || tokens > 0) {
