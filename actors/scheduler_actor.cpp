@@ -325,8 +325,9 @@ class Scheduler : public scheduler_actor::base {
     // A sequence drafting for the first time, or again after more than kCatchUpRounds of
     // its own rounds without drafts, has the draft model catch up on its context first
     // (its whole prompt the first time): that round is not a usual drafting round, but
-    // what it cost beyond one is a cost of drafting (CostModel). Counted per sequence: with micro-batches the global round numbers
-    // interleave, so their difference would overstate a sequence's gap.
+    // what it cost beyond one is a cost of drafting (CostModel). Counted per sequence:
+    // with micro-batches the global round numbers interleave, so their difference would
+    // overstate a sequence's gap.
     constexpr int64_t kCatchUpRounds = 4;
     bool catch_up = false;
     std::vector<PlanObservation> observed;

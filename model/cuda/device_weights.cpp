@@ -94,13 +94,14 @@ size_t upload_weights(TransformerState& d, const ModelConfig& c, const ModelWeig
                    (mw ? std::all_of(mw->layers.begin(), mw->layers.end(),
                                      [](const LayerWeights& l) { return l.gate_bias.empty() && l.up_bias.empty(); })
                        : !c.mlp_bias);
-  d.qkv_rope = qkv_rope && gemm == CudaGemm::mma && !fused_step && qkv_rope_enabled() && !c.qk_norm && d.kv_dtype == DType::f32 &&
-               c.head_dim % 16 == 0 &&
-               (mw ? std::all_of(mw->layers.begin(), mw->layers.end(),
-                                 [](const LayerWeights& l) {
-                                   return l.q_bias.empty() && l.k_bias.empty() && l.v_bias.empty();
-                                 })
-                   : !c.attention_bias);
+  // gemm_mma_rope_kv_bf16's conditions (CudaTransformerOptions::qkv_rope).
+  const bool no_qkv_bias = mw ? std::all_of(mw->layers.begin(), mw->layers.end(),
+                                            [](const LayerWeights& l) {
+                                              return l.q_bias.empty() && l.k_bias.empty() && l.v_bias.empty();
+                                            })
+                              : !c.attention_bias;
+  d.qkv_rope = qkv_rope && qkv_rope_enabled() && gemm == CudaGemm::mma && !fused_step && !c.qk_norm &&
+               d.kv_dtype == DType::f32 && c.head_dim % 16 == 0 && no_qkv_bias;
   // One matrix (or several stacked: q|k|v, gate|up) of rows x cols; host parts or random.
   auto add_matrix = [&](std::initializer_list<const MatrixWeight*> parts, int64_t rows, int64_t cols) {
     const size_t at = bf_size;
