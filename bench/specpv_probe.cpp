@@ -418,8 +418,7 @@ int run(const std::string& model_arg, const std::string& prompts_path, int32_t i
         if (own_margin < kMarginCuts[i]) ++(got == want ? p.low_agree : p.low_differ)[i];
       if (got == want) continue;
       ++p.differ;
-      std::vector<float> prow(logits.row(0).begin(), logits.row(0).end());
-      const double partial_margin = prow[static_cast<size_t>(got)] - prow[static_cast<size_t>(want)];
+      const double partial_margin = logits.row(0)[static_cast<size_t>(got)] - logits.row(0)[static_cast<size_t>(want)];
       json layers = json::array();
       for (int32_t l = 0; l < L; ++l) {
         if (verdict(l) != want) {

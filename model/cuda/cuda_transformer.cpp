@@ -181,13 +181,17 @@ KvStoreConfig CudaTransformer::kv_config() const {
 }
 
 std::vector<std::string> CudaTransformer::gemm_algorithms() const {
-  if (options_.gemm == CudaGemm::mma && impl_->gate_up_silu && impl_->qkv_rope)
-    return {"qkv: gemm_mma_rope_kv_bf16 (RoPE and K/V scatter in its epilogue)",
-            "o_proj, down_proj, lm_head: gemm_mma_bf16", "gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)"};
-  if (options_.gemm == CudaGemm::mma && impl_->gate_up_silu)
-    return {"qkv, o_proj, down_proj, lm_head: gemm_mma_bf16",
-            "gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)"};
-  if (options_.gemm == CudaGemm::mma) return {"all: gemm_mma_bf16"};
+  if (options_.gemm == CudaGemm::mma) {
+    // The projections with an epilogue of their own, then the rest (plain gemm_mma_bf16).
+    const bool rope = impl_->qkv_rope, silu = impl_->gate_up_silu;
+    if (!rope && !silu) return {"all: gemm_mma_bf16"};
+    std::vector<std::string> a;
+    if (rope) a.push_back("qkv: gemm_mma_rope_kv_bf16 (RoPE and K/V scatter in its epilogue)");
+    a.push_back(std::string(rope ? "" : "qkv, ") + "o_proj, down_proj, lm_head" + (silu ? "" : ", gate_up") +
+                ": gemm_mma_bf16");
+    if (silu) a.push_back("gate_up: gemm_mma_silu_bf16 (SiLU gate in its epilogue)");
+    return a;
+  }
   if (options_.gemm == CudaGemm::rows) return {"all: gemm_rows_bf16"};
   const cuda::TransformerState& d = *impl_;
   return {"qkv: " + d.g_qkv.description(), "o_proj: " + d.g_o.description(),

@@ -179,6 +179,13 @@ void check_silu_epilogue(Report& report, cudaStream_t stream) {
                      fmt::format("{} outputs compared", got_all.size()));
 }
 
+/// Floats of a and b (n each) whose bits differ.
+int64_t bits_differing(const float* a, const float* b, int64_t n) {
+  int64_t differ = 0;
+  for (int64_t i = 0; i < n; ++i) differ += std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]);
+  return differ;
+}
+
 /// gemm_mma_rope_kv_bf16 over the interleaved weights == gemm_mma_bf16 over [W_q; W_k; W_v]
 /// then qk_norm_rope_kv (no QK-norm), bit for bit: q, k and v in y and the K/V slots, for
 /// m = 1..80 rows (80: a second pass over W), in every gemm_mma variant (the 8B shape's
@@ -223,15 +230,14 @@ void check_rope_epilogue(Report& report, cudaStream_t stream) {
                                  static_cast<int32_t>(qd), static_cast<int32_t>(kvd), sh.hd};
         CUDA_OK(cuda::gemm_mma_rope_kv_bf16(dx16.get(), ldx, dwi.get(), k, yb.get(), ldy, m, rope, stream, true));
         const auto a = ya.download(), b = yb.download();
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t f = 0; f < n; ++f) {
-            const size_t i = static_cast<size_t>(r * ldy + f);
-            differ += std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]);
-          }
+        for (int64_t r = 0; r < m; ++r) {
+          const size_t row = static_cast<size_t>(r * ldy);
+          differ += bits_differing(&a[row], &b[row], n);
+        }
         compared += m * n;
         for (const auto& [p, q] : {std::pair{&ak, &bk}, std::pair{&av, &bv}}) {
           const auto pa = p->download(), pb = q->download();
-          for (size_t i = 0; i < pa.size(); ++i) differ += std::bit_cast<uint32_t>(pa[i]) != std::bit_cast<uint32_t>(pb[i]);
+          differ += bits_differing(pa.data(), pb.data(), static_cast<int64_t>(pa.size()));
           compared += static_cast<int64_t>(pa.size());
         }
       }
