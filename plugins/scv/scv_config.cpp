@@ -16,7 +16,7 @@ using nlohmann::json;
 
 constexpr const char* kKnownKeys =
     "prior_acceptance, prior_weight, probe_interval, probe_rounds, max_gamma, min_gain, memory_rounds, switch_gain, "
-    "costs_by_gamma, single_switch_gain";
+    "costs_by_gamma, single_switch_gain, probe_backoff_batch, measure_rounds";
 
 std::string show(double v) {
   char buf[32];
@@ -109,6 +109,10 @@ ScvConfig parse_scv_config(std::string_view text, int32_t model_max_gamma) {
       config.switch_gain = real_in(key, value, 0, 1e12, false, "a number >= 0");
     } else if (key == "single_switch_gain") {
       config.single_switch_gain = real_in(key, value, 0, 1e12, false, "a number >= 0");
+    } else if (key == "probe_backoff_batch") {
+      config.probe_backoff_batch = integer_in(key, value, 0, 1 << 30, "an integer >= 0");
+    } else if (key == "measure_rounds") {
+      config.measure_rounds = integer_in(key, value, 0, 1 << 30, "an integer >= 0");
     } else if (key == "costs_by_gamma") {
       if (!value.is_boolean()) refuse(key, "must be true or false, got " + kind_of(value));
       config.costs_by_gamma = value.get<bool>();

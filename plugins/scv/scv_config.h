@@ -25,6 +25,12 @@ struct ScvConfig {
   /// >= 0: switch_gain for one sequence planned by its measured rounds (see
   /// PlannerOptions::single_switch_gain).
   double single_switch_gain = 0.2;
+  /// >= 0: from this batch size up a probe that did not turn drafting on doubles the wait
+  /// before the next probe at that batch size (up to 16x probe_interval); 0: never.
+  int32_t probe_backoff_batch = 4;
+  /// >= 0: one sequence planned by its measured rounds keeps a gamma the host has not
+  /// measured yet for up to this many rounds in a row, so that it gets measured; 0: never.
+  int32_t measure_rounds = 12;
 };
 
 /// Parses and validates `json` (empty text: all defaults; max_gamma defaults to

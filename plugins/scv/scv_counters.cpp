@@ -28,6 +28,12 @@ std::string metrics_json(const ScvCounters& c, const LiveMetrics& live) {
   m["speculation_off_sequences_now"] = live.speculation_off_sequences_now;
   m["probes"] = c.probes;
   m["probes_skipped"] = c.probes_skipped;
+  m["probes_held"] = c.probes_held;
+  m["probes_lost"] = c.probes_lost;
+  m["drafting_rounds"] = c.drafting_rounds;
+  m["probe_rounds"] = c.probe_rounds;
+  m["probe_only_rounds"] = c.probe_only_rounds;
+  m["measure_hold_rounds"] = c.measure_hold_rounds;
   m["mean_acceptance_estimate"] = live.mean_acceptance_estimate;
   m["batch_acceptance_estimate"] = live.batch_acceptance_estimate;
   m["tracked_sequences"] = live.tracked_sequences;

@@ -18,6 +18,12 @@ struct ScvCounters {
   uint64_t speculation_off = 0;         ///< sequence-rounds planned at gamma 0
   uint64_t probes = 0;                  ///< gamma-1 probes of sequences that were off
   uint64_t probes_skipped = 0;          ///< sequence-rounds a probe was due where no acceptance pays
+  uint64_t probes_held = 0;             ///< sequence-rounds a probe was due but held back (probe backoff)
+  uint64_t probes_lost = 0;             ///< probes that ended without the plan turning drafting on (from probe_backoff_batch)
+  uint64_t drafting_rounds = 0;         ///< rounds with any gamma > 0, probes included
+  uint64_t probe_rounds = 0;            ///< rounds with at least one probe
+  uint64_t probe_only_rounds = 0;       ///< rounds that drafted only for probes (the plan had 0 for all)
+  uint64_t measure_hold_rounds = 0;     ///< one-sequence rounds that kept an unmeasured gamma to measure it
   uint64_t unmeasured_rounds = 0;       ///< rounds planned with requested gammas (costs 0)
   uint64_t budget_exceeded_rounds = 0;  ///< rounds whose windows exceeded token_budget at gamma 0
   uint64_t outcomes_observed = 0;       ///< per-sequence outcomes given to observe()

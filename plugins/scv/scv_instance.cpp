@@ -1,6 +1,7 @@
 #include "scv_instance.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -81,11 +82,22 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
     windows_[i] = WindowRequest{tracker_.estimate(sequences[i].sequence),
                                 std::min(sequences[i].max_gamma, config_.max_gamma),
                                 sequences[i].requested_gamma};
-  RoundPlan plan = plan_round(windows_, costs, PlannerOptions{config_.min_gain, previous_max_gamma_, config_.switch_gain,
-                                                                   config_.single_switch_gain});
+  // One sequence by its measured rounds: a gamma chosen that the host has not measured yet
+  // is kept for up to measure_rounds rounds (the host gives a length's rounds once it has
+  // seen 11 of them), or its first, slow rounds tilt the line back before it is measured
+  // (on an H100 SCV held gamma 2 where 4 was best, never measuring 3-5).
   const int32_t previous = previous_max_gamma_;
+  const auto& by_gamma = costs.round_ms_by_gamma;
+  const bool hold = sequences.size() == 1 && !by_gamma.empty() && config_.measure_rounds > 0 && previous > 0 &&
+                    held_rounds_ < config_.measure_rounds &&
+                    !(previous < static_cast<int32_t>(by_gamma.size()) && by_gamma[previous] > 0);
+  RoundPlan plan = plan_round(windows_, costs, PlannerOptions{config_.min_gain, previous, config_.switch_gain,
+                                                                   config_.single_switch_gain, hold});
   // The planned largest gamma, probes aside: what the next round's hysteresis keeps.
-  previous_max_gamma_ = *std::max_element(plan.gamma.begin(), plan.gamma.end());
+  const int32_t planned_max = *std::max_element(plan.gamma.begin(), plan.gamma.end());
+  if (hold && planned_max == previous) ++counters_.measure_hold_rounds;
+  held_rounds_ = planned_max == previous ? held_rounds_ + 1 : 1;
+  previous_max_gamma_ = planned_max;
   if (previous_max_gamma_ != previous || round_ % 1024 == 0) trace(sequences, costs, plan, previous);
 
   // Exploration: a sequence the model keeps at 0 would never produce new evidence, so
@@ -101,6 +113,13 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
     for (int32_t g : plan.gamma) spare_tokens -= 1 + g;
   }
   const bool may_probe = plan.measured && !plan.budget_exceeded;
+  // From probe_backoff_batch up a probe is dear (a drafting round for the whole batch, its
+  // first round the draft model's catch-up on each probed sequence's context): after one
+  // that did not turn drafting on, no new probe starts there for probe_interval x 2, 4,
+  // ... 16 rounds; one that does, or the plan drafting by itself, resets the wait.
+  ProbeBackoff* backoff = may_probe ? backoff_for(sequences.size()) : nullptr;
+  if (backoff && planned_max > 0) *backoff = ProbeBackoff{};
+  bool probe_lost = false;
   states_now_.resize(sequences.size());
   due_.clear();
   for (size_t i = 0; i < sequences.size(); ++i) {
@@ -108,14 +127,28 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
     states_now_[i] = &state;
     state.last_round = round_;
     if (plan.gamma[i] > 0 || !may_probe || windows_[i].cap < 1) {
-      if (plan.gamma[i] > 0) state.rounds_off = 0;
+      if (plan.gamma[i] > 0) {
+        state.rounds_off = 0;
+        state.probed = false;
+      }
       state.probe_left = 0;
     } else if (state.probe_left > 0) {
       due_.push_back(i);  // a probe under way goes on
-    } else if (++state.rounds_off >= config_.probe_interval) {
-      if (drafting_could_pay(costs, plan, windows_[i].cap)) due_.push_back(i);
-      else ++counters_.probes_skipped;
+    } else {
+      // A probe that ended with the plan still at 0 lost.
+      probe_lost = probe_lost || state.probed;
+      state.probed = false;
+      if (++state.rounds_off >= config_.probe_interval) {
+        if (!drafting_could_pay(costs, plan, windows_[i].cap)) ++counters_.probes_skipped;
+        else if (backoff && round_ < backoff->hold_until) ++counters_.probes_held;
+        else due_.push_back(i);
+      }
     }
+  }
+  if (backoff && probe_lost) {  // once a round, however many sequences' probes ended in it
+    backoff->lost = std::min(backoff->lost + 1, kMaxProbeBackoff);
+    backoff->hold_until = round_ + (static_cast<uint64_t>(config_.probe_interval) << backoff->lost);
+    ++counters_.probes_lost;
   }
   // Under a tight budget probes under way go first, then the longest-waiting, so none
   // starves.
@@ -133,11 +166,16 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
     --spare_tokens;
     state.probe_left = state.probe_left > 0 ? state.probe_left - 1 : config_.probe_rounds - 1;
     state.rounds_off = 0;
+    state.probed = true;
     ++counters_.probes;
   }
   for (size_t i = 0; i < sequences.size(); ++i) states_now_[i]->last_gamma = plan.gamma[i];
 
   counters_.record_round(plan.gamma);
+  const bool probed = std::any_of(due_.begin(), due_.end(), [&](size_t i) { return plan.gamma[i] > 0; });
+  if (planned_max > 0 || probed) ++counters_.drafting_rounds;
+  if (probed) ++counters_.probe_rounds;
+  if (probed && planned_max == 0) ++counters_.probe_only_rounds;
   if (!plan.measured) ++counters_.unmeasured_rounds;
   if (plan.budget_exceeded) ++counters_.budget_exceeded_rounds;
   if (plan.measured && plan.plain_tokens_per_ms > 0) {
@@ -153,6 +191,11 @@ void ScvInstance::plan(std::span<const specpipe_plan_sequence> sequences, const 
   }
   std::copy(plan.gamma.begin(), plan.gamma.end(), gamma.begin());
   if (round_ % 1024 == 0) evict_stale();
+}
+
+ScvInstance::ProbeBackoff* ScvInstance::backoff_for(size_t n) {
+  if (config_.probe_backoff_batch <= 0 || n < static_cast<size_t>(config_.probe_backoff_batch)) return nullptr;
+  return &backoff_[std::min<size_t>(std::bit_width(n - 1), kBackoffBuckets - 1)];
 }
 
 void ScvInstance::trace(std::span<const specpipe_plan_sequence> sequences, const RoundCosts& costs,

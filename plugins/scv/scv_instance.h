@@ -2,6 +2,7 @@
 /// One SCV instance (one pipeline's verify_plan slot): the acceptance estimates, the
 /// per-sequence probe clocks and the counters, and the plan / observe / forget steps the
 /// C hooks call. C++ throughout; errors are PluginError (scv_errors.h).
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -52,8 +53,21 @@ class ScvInstance {
     int32_t rounds_off = 0;   ///< consecutive rounds planned at 0 by choice
     int32_t probe_left = 0;   ///< rounds of its current probe still to come
     int32_t last_gamma = -1;  ///< -1 until planned
+    bool probed = false;      ///< probed since the plan last gave it drafts (judged when its probe ends)
     uint64_t last_round = 0;  ///< the last round that planned or observed it
   };
+  /// Probes at one batch size (sizes in (2^(k-1), 2^k] share bucket k), from
+  /// probe_backoff_batch up: consecutive probes that ended without the plan turning
+  /// drafting on, and the round before which no new probe starts there.
+  struct ProbeBackoff {
+    int32_t lost = 0;
+    uint64_t hold_until = 0;
+  };
+  static constexpr int32_t kMaxProbeBackoff = 4;  ///< the wait doubles up to 16x probe_interval
+  static constexpr size_t kBackoffBuckets = 32;
+  /// ProbeBackoff of a batch of n sequences, or nullptr below probe_backoff_batch.
+  ProbeBackoff* backoff_for(size_t n);
+
   void evict_stale();
   /// A debug line when the round's largest gamma changes (and every 1024 rounds): what
   /// the planner saw and chose.
@@ -68,6 +82,8 @@ class ScvInstance {
   uint64_t round_ = 0;
   bool speculating_ = true;  ///< whether the last measured round had any drafts
   int32_t previous_max_gamma_ = -1;  ///< the last round's largest gamma (-1: none yet)
+  int32_t held_rounds_ = 0;  ///< rounds in a row planned at previous_max_gamma_ (one sequence)
+  std::array<ProbeBackoff, kBackoffBuckets> backoff_{};
   // Scratch, reused every round.
   std::vector<WindowRequest> windows_;
   std::vector<SequenceState*> states_now_;

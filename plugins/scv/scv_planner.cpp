@@ -160,6 +160,8 @@ int32_t plan_one(const WindowRequest& window, const RoundCosts& costs, const Pla
                  double min_gain) {
   int32_t cap = std::max(window.cap, 0);
   if (costs.token_budget > 0) cap = std::min(cap, costs.token_budget - 1);
+  if (options.hold_previous && options.previous_max_gamma >= 0 && options.previous_max_gamma <= cap)
+    return options.previous_max_gamma;
   const std::vector<double> cost = one_sequence_costs(costs, cap);
   const auto rate = [&](int32_t g) { return cost[g] > 0 ? expected_tokens(window.acceptance, g) / cost[g] : 0.0; };
   int32_t best = 0;

@@ -53,6 +53,12 @@ struct PlannerOptions {
   /// new shapes, and one sequence's acceptance estimate swings the optimum from round to
   /// round.
   double single_switch_gain = 0;
+  /// One sequence planned by its measured rounds: keep previous_max_gamma (within the cap)
+  /// whatever the estimates say. The instance sets it while a gamma it chose has not been
+  /// held long enough for the host to measure it (ScvConfig::measure_rounds): a length's
+  /// first rounds on a device are slow (eager, then a graph capture) and tilt the line
+  /// back before the host gives the length's own rounds.
+  bool hold_previous = false;
 };
 
 /// The chosen gammas and what the model predicts for them.

@@ -677,6 +677,8 @@ TEST_F(ScvPlugin, ConfigErrorsNameTheKey) {
       {R"({"min_gain": null})", "min_gain"},
       {R"({"costs_by_gamma": 1})", "costs_by_gamma"},
       {R"({"single_switch_gain": -1})", "single_switch_gain"},
+      {R"({"probe_backoff_batch": 1.5})", "probe_backoff_batch"},
+      {R"({"measure_rounds": -1})", "measure_rounds"},
       {R"({"gamma": 4})", "gamma"},
       {R"({"probe_interval": 4, "probe_interval": 8})", "probe_interval"},
       {R"({"gamma": 4, "probe_interval": 4, "probe_interval": 8})", "gamma"},  // document order
