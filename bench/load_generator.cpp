@@ -109,6 +109,21 @@ void client(zmq::context_t& ctx, const std::string& address, const specpipe::ser
   out.add(ttft, itl, tokens, done, errors);
 }
 
+/// The server's strategy metrics (the endpoint's `stats` reply, "strategies"; null if it
+/// does not answer within 10 s): taken before and after a level with --endpoint, so a
+/// strategy's counters (SCV's drafting and probe rounds) can be told per level.
+json strategy_metrics(zmq::context_t& ctx, const std::string& address) {
+  zmq::socket_t socket(ctx, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::rcvtimeo, 10000);
+  socket.connect(address);
+  socket.send(zmq::buffer(json{{"v", 1}, {"id", "strategies"}, {"type", "stats"}}.dump()), zmq::send_flags::none);
+  zmq::message_t msg;
+  if (!socket.recv(msg)) return json();
+  const json reply = json::parse(msg.to_string(), nullptr, false);
+  return reply.is_object() && reply.contains("strategies") ? reply["strategies"] : json();
+}
+
 /// User + system CPU time of this process: engine, endpoint, gateway and clients. Less
 /// sensitive than wall time to other work on a shared machine.
 double process_cpu_seconds() {
@@ -227,11 +242,18 @@ int main(int argc, char** argv) {
     if (warmup > 0)
       for (const std::string& via : transports)
         run_level(via, via == "http" ? http_address : zmq_address, keys, prompts, warmup, 1, max_tokens);
+    zmq::context_t stats_ctx(1);
+    json strategies = endpoint.empty() ? json() : strategy_metrics(stats_ctx, zmq_address);
     for (int level : levels)
       for (int rep = 0; rep < repeat; ++rep)
         for (const std::string& via : transports) {
           json r = run_level(via, via == "http" ? http_address : zmq_address, keys, prompts, level,
                              requests_per_client, max_tokens, record && via == "zmq");
+          if (!endpoint.empty()) {
+            r["strategies_before"] = strategies;
+            strategies = strategy_metrics(stats_ctx, zmq_address);
+            r["strategies_after"] = strategies;
+          }
           r["mode"] = mode;
           r["transport"] = via == "zmq" && curve ? "zmq+curve" : via;
           std::printf("%-12s %-5s %7d %10.1f %9.2f %10.1f %9.1fms %9.1fms %9.2fms %9.2fms%s\n",

@@ -31,7 +31,7 @@
 # also plain_mb and draft_mb: two micro-batches in flight, serve_load_micro.yaml; off:
 # servers with the draft model that never draft, for what that costs),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
-# SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
+# BASE_FIRST (1: the BASE_MODES servers before the others), SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
 # syncs too), SCV_LOG_LEVEL (the SCV server's log level, e.g. debug: its plan decisions),
 # PACK (below), OUT ($OUT or gpu-out/).
 # Exit status: non-zero if a server failed, a request failed or an output differed.
@@ -145,21 +145,24 @@ run_modes() {
     esac
   done
 }
-# shellcheck disable=SC2086
-run_modes "" ${MODES:-plain draft ngram scv}
 # BASE_EXE=path and/or BASE_PLUGIN_PATH=dir, BASE_MODES="ngram scv": the same modes with
 # another specpipe binary or other plugins (an A/B of an engine or plugin change in one
-# call), reported as base_<mode>.
-if [[ -n "${BASE_EXE:-}${BASE_PLUGIN_PATH:-}" && -n "${BASE_MODES:-}" ]]; then
-  specpipe_new="$specpipe"
-  plugins_new="$SPECPIPE_PLUGIN_PATH"
+# call), reported as base_<mode>; after the other modes, or before them with BASE_FIRST=1
+# (alternate it between rounds so neither side always runs second).
+run_base_modes() {
+  [[ -n "${BASE_EXE:-}${BASE_PLUGIN_PATH:-}" && -n "${BASE_MODES:-}" ]] || return 0
+  local specpipe_new="$specpipe" plugins_new="$SPECPIPE_PLUGIN_PATH"
   specpipe="${BASE_EXE:-$specpipe}"
   export SPECPIPE_PLUGIN_PATH="${BASE_PLUGIN_PATH:-$SPECPIPE_PLUGIN_PATH}"
   # shellcheck disable=SC2086
   run_modes base_ $BASE_MODES
   specpipe="$specpipe_new"
   export SPECPIPE_PLUGIN_PATH="$plugins_new"
-fi
+}
+[[ "${BASE_FIRST:-0}" == 1 ]] && run_base_modes
+# shellcheck disable=SC2086
+run_modes "" ${MODES:-plain draft ngram scv}
+[[ "${BASE_FIRST:-0}" == 1 ]] || run_base_modes
 # Host syncs per round (SYNCS=1, the default on a device): servers with
 # libserve_sync_count.so preloaded (tools/gpu/serve_sync_count.c: counts the synchronising
 # CUDA driver calls, written at exit), one client, the 16 public prompts one after

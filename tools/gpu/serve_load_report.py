@@ -31,6 +31,8 @@ def order(mode):  # plain, then draft gammas ascending, then the rest
     g = re.fullmatch(r"draft_g(\d+)", mode)
     return (0 if mode == "plain" else 1 if g else 2, int(g.group(1)) if g else 0, mode)
 
+PLAN_COUNTERS = ("rounds", "drafting_rounds", "probe_rounds", "probe_only_rounds", "probes", "probes_skipped",
+                 "probes_held", "probes_lost", "measure_hold_rounds", "speculation_off", "plain_rounds_measured")
 rows, failed = [], False
 for mode, clients, r in sorted(runs, key=lambda x: (order(x[0]), x[1])):
     outputs = r.get("outputs", [])
@@ -61,10 +63,18 @@ for mode, clients, r in sorted(runs, key=lambda x: (order(x[0]), x[1])):
             total = [o["times"][key] for o in outputs if o["ok"] and key in (o.get("times") or {})]
             if total:
                 per_round_ms[key] = sum(total) / rounds
+    # The verify_plan strategy's counters over the measured level (bench/load_generator's
+    # stats before and after it, with --endpoint): SCV's rounds, drafting and probe rounds.
+    plan_counters = {}
+    before = ((r.get("strategies_before") or {}).get("verify_plan") or {})
+    after = ((r.get("strategies_after") or {}).get("verify_plan") or {})
+    for key in PLAN_COUNTERS:
+        if isinstance(after.get(key), (int, float)):
+            plan_counters[key] = after[key] - (before.get(key) or 0)
     rows.append({"mode": mode, "clients": clients, "requests": r["requests"], "errors": r["errors"],
                  "tokens_per_s": r["tokens_per_s"], "requests_per_s": r["requests_per_s"],
                  "ttft_p50_ms": r["ttft_p50_ms"], "ttft_p99_ms": r["ttft_p99_ms"], "itl_p50_ms": r["itl_p50_ms"],
-                 "itl_p99_ms": r["itl_p99_ms"], "seconds": r["seconds"], "tokens_per_round": per_round, "per_round_ms": per_round_ms, "identical": same,
+                 "itl_p99_ms": r["itl_p99_ms"], "seconds": r["seconds"], "tokens_per_round": per_round, "per_round_ms": per_round_ms, "plan_counters": plan_counters, "identical": same,
                  "checked": len(outputs) - unchecked - len(errors), "unchecked": unchecked,
                  "differing": diffs[:8], "n_differing": len(diffs), "error_samples": errors[:3]})
 
@@ -150,6 +160,21 @@ if any(r["per_round_ms"] for r in rows):
             parts = [t.get(k, 0) for k in ("draft_ms", "verify_ms", "commit_ms", "messaging_ms", "queued_ms")]
             md.append(f"| {r['mode']} | {r['clients']} | " + " | ".join(f"{x:.3f}" for x in parts) +
                       f" | {sum(parts):.3f} | {t.get('wall_ms', 0):.3f} |")
+    md.append("")
+if any(r["plan_counters"].get("rounds") for r in rows):
+    md += ["The verify_plan strategy over each measured level (its counters before and after): rounds planned, "
+           "rounds with drafts (probes included), with probes, drafting for probes alone; probes "
+           "(sequence-rounds), due but skipped (no acceptance pays) or held (backoff), lost; one-sequence rounds "
+           "holding an unmeasured gamma; rounds the host ran plain to measure it", "",
+           "| mode | clients | rounds | drafting | probe rounds | probe only | probes | skipped | held | lost "
+           "| measure hold | plain measured |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["plan_counters"]
+        if c.get("rounds"):
+            md.append(f"| {r['mode']} | {r['clients']} | " + " | ".join(
+                str(c[k]) if k in c else "-" for k in ("rounds", "drafting_rounds", "probe_rounds", "probe_only_rounds",
+                                                        "probes", "probes_skipped", "probes_held", "probes_lost",
+                                                        "measure_hold_rounds", "plain_rounds_measured")) + " |")
     md.append("")
 for g in goals:
     md.append(f"- {g['goal']}: {g['ratio']:.2f}x ({g.get('best_mode') or g.get('reference_mode')}): "
