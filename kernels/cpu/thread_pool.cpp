@@ -34,13 +34,14 @@ class ThreadPool {
     start(threads);
   }
 
-  void run(int64_t count, int64_t grain, detail::ChunkFn fn, void* ctx) {
+  void run(int64_t count, int64_t grain, bool guided, detail::ChunkFn fn, void* ctx) {
     if (t_in_region || workers_.empty()) return fn(ctx, 0, count);
     std::lock_guard lock(region_mutex_);  // regions of different callers never interleave
     fn_ = fn;
     ctx_ = ctx;
     count_ = count;
     grain_ = grain;
+    guided_ = guided;
     next_.store(0, std::memory_order_relaxed);
     open_.store(true, std::memory_order_release);
     epoch_.fetch_add(1, std::memory_order_release);
@@ -56,8 +57,20 @@ class ThreadPool {
 
  private:
   void claim_chunks() {
-    for (int64_t begin; (begin = next_.fetch_add(grain_, std::memory_order_relaxed)) < count_;)
-      fn_(ctx_, begin, std::min(begin + grain_, count_));
+    if (!guided_) {
+      for (int64_t begin; (begin = next_.fetch_add(grain_, std::memory_order_relaxed)) < count_;)
+        fn_(ctx_, begin, std::min(begin + grain_, count_));
+      return;
+    }
+    const int64_t parts = 2 * threads();
+    for (int64_t begin = next_.load(std::memory_order_relaxed); begin < count_;) {
+      const int64_t share = (count_ - begin + parts - 1) / parts;
+      const int64_t size = std::max<int64_t>(1, (share + grain_ - 1) / grain_) * grain_;
+      if (next_.compare_exchange_weak(begin, begin + size, std::memory_order_relaxed)) {
+        fn_(ctx_, begin, std::min(begin + size, count_));
+        begin = next_.load(std::memory_order_relaxed);
+      }
+    }
   }
 
   void start(int threads) {
@@ -106,6 +119,7 @@ class ThreadPool {
   detail::ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t count_ = 0, grain_ = 1;
+  bool guided_ = false;
 };
 
 /// $SPECPIPE_THREADS if set (test runners use it to avoid oversubscribing cores shared
@@ -140,7 +154,9 @@ int64_t default_grain(int64_t count) {
 }
 
 namespace detail {
-void run_chunks(int64_t count, int64_t grain, ChunkFn fn, void* context) { pool().run(count, grain, fn, context); }
+void run_chunks(int64_t count, int64_t grain, bool guided, ChunkFn fn, void* context) {
+  pool().run(count, grain, guided, fn, context);
+}
 }  // namespace detail
 
 }  // namespace specpipe::cpu
