@@ -142,45 +142,80 @@ template <int HD, int R, int K>
     for (int x = 0; x < K; ++x) scores[r][x0 + x] = simd::hsum(acc[r][x]) * scale;
 }
 
-/// Scores of R query rows (heads of one token: the same visible keys) for the first
-/// `count` keys of a block, their K rows `off` floats past the block's; scores[r]
-/// points at the block's first key.
+/// Scores of R query rows (of one kv head: the same K rows) for keys [x0, x1) of a
+/// block, their K rows `off` floats past the block's; scores[r] points at the block's
+/// first key. 1-2 rows take 4 keys a tile, 3 rows 3, more rows 2 (R x K chains side by
+/// side, each K vector loaded once for all R rows).
 template <int HD, int R>
-inline void score_rows(const float* const* q, const KeyBlock& b, int64_t off, int32_t count, float scale,
+inline void score_rows(const float* const* q, const KeyBlock& b, int64_t off, int32_t x0, int32_t x1, float scale,
                        float* const* scores) {
-  int32_t x = 0;
-  for (; x + 4 <= count; x += 4) score_tile<HD, R, 4>(q, b.k, off, scale, scores, x);
-  for (; x < count; ++x) score_tile<HD, R, 1>(q, b.k, off, scale, scores, x);
+  constexpr int K = R <= 2 ? 4 : R == 3 ? 3 : 2;
+  int32_t x = x0;
+  for (; x + K <= x1; x += K) score_tile<HD, R, K>(q, b.k, off, scale, scores, x);
+  for (; x < x1; ++x) score_tile<HD, R, 1>(q, b.k, off, scale, scores, x);
 }
 
-/// acc_r[d] = FMA(p_r[x], v_x[d], acc_r[d]) over the first `count` keys of a block in
-/// order (V rows `off` floats past the block's), R rows at a time so each V vector is
-/// loaded once for all of them. The accumulators live in memory between blocks (stores
-/// are exact): each lane stays one chain over its keys in ascending position.
-template <int HD, int R>
-inline void value_rows(const float* const* p, const KeyBlock& b, int64_t off, int32_t count, float* const* acc) {
-  constexpr int W = HD < 32 ? HD : 32;  // floats of a slice: R x W / 8 accumulators
+template <int HD>
+void score_rows(int32_t n, const float* const* q, const KeyBlock& b, int64_t off, int32_t x0, int32_t x1,
+                float scale, float* const* scores) {
+  switch (n) {
+    case 1: return score_rows<HD, 1>(q, b, off, x0, x1, scale, scores);
+    case 2: return score_rows<HD, 2>(q, b, off, x0, x1, scale, scores);
+    case 3: return score_rows<HD, 3>(q, b, off, x0, x1, scale, scores);
+    case 4: return score_rows<HD, 4>(q, b, off, x0, x1, scale, scores);
+    case 5: return score_rows<HD, 5>(q, b, off, x0, x1, scale, scores);
+    default: return score_rows<HD, 6>(q, b, off, x0, x1, scale, scores);
+  }
+}
+
+/// acc_r[d] = FMA(p_r[x], v_x[d], acc_r[d]) over keys [x0, x1) of a block in order (V
+/// rows `off` floats past the block's), R rows at a time so each V vector is loaded
+/// once for all of them, in slices of W floats (R x W / 8 accumulators). The
+/// accumulators live in memory between calls (stores are exact): each lane stays one
+/// chain over its keys in ascending position.
+template <int HD, int R, int W>
+[[gnu::always_inline]] inline void value_tile(const float* const* p, const KeyBlock& b, int64_t off, int32_t x0,
+                                              int32_t x1, float* const* acc) {
+  constexpr int V = W / 8;
   for (int d0 = 0; d0 < HD; d0 += W) {
-    __m256 a[R][W / 8];
+    __m256 a[R][V];
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int t = 0; t < W / 8; ++t) a[r][t] = _mm256_loadu_ps(acc[r] + d0 + t * 8);
-    for (int32_t x = 0; x < count; ++x) {
-      __m256 vv[W / 8];
+      for (int t = 0; t < V; ++t) a[r][t] = _mm256_loadu_ps(acc[r] + d0 + t * 8);
+    for (int32_t x = x0; x < x1; ++x) {
+      const float* vx = b.v[x] + off + d0;
+      __m256 vv[V];
 #pragma GCC unroll 8
-      for (int t = 0; t < W / 8; ++t) vv[t] = _mm256_loadu_ps(b.v[x] + off + d0 + t * 8);
+      for (int t = 0; t < V; ++t) vv[t] = _mm256_loadu_ps(vx + t * 8);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
-        const __m256 pj = _mm256_set1_ps(p[r][x]);
+        const __m256 pj = _mm256_broadcast_ss(p[r] + x);
 #pragma GCC unroll 8
-        for (int t = 0; t < W / 8; ++t) a[r][t] = _mm256_fmadd_ps(pj, vv[t], a[r][t]);
+        for (int t = 0; t < V; ++t) a[r][t] = _mm256_fmadd_ps(pj, vv[t], a[r][t]);
       }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-      for (int t = 0; t < W / 8; ++t) _mm256_storeu_ps(acc[r] + d0 + t * 8, a[r][t]);
+      for (int t = 0; t < V; ++t) _mm256_storeu_ps(acc[r] + d0 + t * 8, a[r][t]);
+  }
+}
+
+/// Rows of one kv head against keys [x0, x1) of a block: up to 6 rows a tile (tokens x
+/// heads: a verify window's rows share their V loads), slices of 16 floats from 3 rows
+/// up (R x 2 accumulators), of 32 for 1-2 rows (R x 4: enough independent chains).
+template <int HD>
+void value_rows(int32_t n, const float* const* p, const KeyBlock& b, int64_t off, int32_t x0, int32_t x1,
+                float* const* acc) {
+  constexpr int W = HD < 32 ? HD : 32, N = HD < 16 ? HD : 16;
+  switch (n) {
+    case 1: return value_tile<HD, 1, W>(p, b, off, x0, x1, acc);
+    case 2: return value_tile<HD, 2, W>(p, b, off, x0, x1, acc);
+    case 3: return value_tile<HD, 3, N>(p, b, off, x0, x1, acc);
+    case 4: return value_tile<HD, 4, N>(p, b, off, x0, x1, acc);
+    case 5: return value_tile<HD, 5, N>(p, b, off, x0, x1, acc);
+    default: return value_tile<HD, 6, N>(p, b, off, x0, x1, acc);
   }
 }
 
@@ -256,20 +291,33 @@ void attend_tokens(const AttentionShape& s, const AttentionWindow& w, int32_t i0
   float* inv_sum = acc + static_cast<size_t>(rows) * HD;
   auto row = [&](int32_t t, int32_t h) { return static_cast<size_t>((t - i0) * heads + h); };
   auto keys_of = [&](int32_t t) { return w.prefix.length + t + 1; };
-  // Calls fn.template operator()<R>(t, h, off, visible) for every token t that sees
-  // keys of block b (`visible` of them), over its query heads h (relative to the item's
-  // first) in pairs of one kv head, whose rows are `off` floats past the item's first
-  // kv head's.
-  auto each_pair = [&](const KeyBlock& b, auto&& fn) {
-    for (int32_t t = i0; t < i1; ++t) {
-      const int32_t visible = std::min(b.count, keys_of(t) - b.first);
-      if (visible <= 0) continue;
-      for (int32_t g = g0; g < g1; ++g) {
-        const int32_t h0 = (g - g0) * group;
-        const auto off = static_cast<int64_t>(g - g0) * HD;
-        int32_t h = 0;
-        for (; h + 2 <= group; h += 2) fn.template operator()<2>(t, h0 + h, off, visible);
-        if (h < group) fn.template operator()<1>(t, h0 + h, off, visible);
+  // Calls fn(n, first, off, x0, x1) for the rows of each kv head that see keys of block
+  // b, `off` floats past the item's first kv head's: its query heads of every token
+  // (token-major) in tiles of up to 6 rows (`first` indexes rows_of), over the keys all of
+  // a tile's rows see; a row that sees more of the block (a later window token) goes on
+  // alone over the rest. Which rows share a tile changes no arithmetic.
+  struct Row {
+    int32_t t, h, visible;
+  };
+  Row rows_of[kTokenBlock * kMaxGroup];
+  auto each_tile = [&](const KeyBlock& b, auto&& fn) {
+    for (int32_t g = g0; g < g1; ++g) {
+      const auto off = static_cast<int64_t>(g - g0) * HD;
+      int32_t n = 0;
+      for (int32_t t = i0; t < i1; ++t) {
+        const int32_t visible = std::min(b.count, keys_of(t) - b.first);
+        if (visible <= 0) continue;
+        for (int32_t h = (g - g0) * group; h < (g - g0 + 1) * group; ++h) rows_of[n++] = {t, h, visible};
+      }
+      const int32_t tiles = (n + 5) / 6;
+      for (int32_t k = 0, r0 = 0; k < tiles; ++k) {
+        const int32_t count = n / tiles + (k < n % tiles ? 1 : 0);
+        int32_t common = b.count;
+        for (int32_t r = r0; r < r0 + count; ++r) common = std::min(common, rows_of[r].visible);
+        fn(count, r0, off, 0, common);
+        for (int32_t r = r0; r < r0 + count; ++r)
+          if (rows_of[r].visible > common) fn(1, r, off, common, rows_of[r].visible);
+        r0 += count;
       }
     }
   };
@@ -279,14 +327,15 @@ void attend_tokens(const AttentionShape& s, const AttentionWindow& w, int32_t i0
   // no arithmetic.
   const bool prefetch = w.n <= kTokenBlock;
   for_each_key_block<HD>(w, g0, g1 - g0, i1 - 1, prefetch, [&](const KeyBlock& b) {
-    each_pair(b, [&]<int R>(int32_t t, int32_t h, int64_t off, int32_t visible) {
-      const float* q[R];
-      float* out[R];
-      for (int r = 0; r < R; ++r) {
-        q[r] = w.q + t * w.ld_q + (int64_t{g0} * group + h + r) * HD;
-        out[r] = scores + row(t, h + r) * ld + b.first;
+    each_tile(b, [&](int32_t n, int32_t first, int64_t off, int32_t x0, int32_t x1) {
+      const float* q[6];
+      float* out[6];
+      for (int32_t r = 0; r < n; ++r) {
+        const Row& row_r = rows_of[first + r];
+        q[r] = w.q + row_r.t * w.ld_q + (int64_t{g0} * group + row_r.h) * HD;
+        out[r] = scores + row(row_r.t, row_r.h) * ld + b.first;
       }
-      score_rows<HD, R>(q, b, off, visible, s.scale, out);
+      score_rows<HD>(n, q, b, off, x0, x1, s.scale, out);
     });
   });
   for (int32_t t = i0; t < i1; ++t)
@@ -295,14 +344,15 @@ void attend_tokens(const AttentionShape& s, const AttentionWindow& w, int32_t i0
   if (w.block_mass) block_mass(w, s.num_kv_heads, group, i0, i1, g0, g1, scores, ld, inv_sum);
 
   for_each_key_block<HD>(w, g0, g1 - g0, i1 - 1, false, [&](const KeyBlock& b) {
-    each_pair(b, [&]<int R>(int32_t t, int32_t h, int64_t off, int32_t visible) {
-      const float* p[R];
-      float* a[R];
-      for (int r = 0; r < R; ++r) {
-        p[r] = scores + row(t, h + r) * ld + b.first;
-        a[r] = acc + row(t, h + r) * HD;
+    each_tile(b, [&](int32_t n, int32_t first, int64_t off, int32_t x0, int32_t x1) {
+      const float* p[6];
+      float* a[6];
+      for (int32_t r = 0; r < n; ++r) {
+        const Row& row_r = rows_of[first + r];
+        p[r] = scores + row(row_r.t, row_r.h) * ld + b.first;
+        a[r] = acc + row(row_r.t, row_r.h) * HD;
       }
-      value_rows<HD, R>(p, b, off, visible, a);
+      value_rows<HD>(n, p, b, off, x0, x1, a);
     });
   });
   for (int32_t t = i0; t < i1; ++t)

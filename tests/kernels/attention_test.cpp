@@ -9,18 +9,22 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/thread_pool.h"
+
 namespace specpipe::cpu {
 namespace {
 
 // A fake pool: `total` tokens of one sequence scattered over shuffled blocks.
 struct Fixture {
-  AttentionShape shape{6, 2, 64, 0.125f};
-  int32_t block = 4, total;
-  int64_t kv_dim = 2 * 64, q_dim = 6 * 64;
+  AttentionShape shape;
+  int32_t block, total;
+  int64_t kv_dim, q_dim;
   std::vector<float> pool_k, pool_v, q, k, v;  // q/k/v: all `total` tokens, dense
   std::vector<int32_t> table;
 
-  explicit Fixture(int32_t tokens, uint32_t seed = 1) : total(tokens) {
+  explicit Fixture(int32_t tokens, uint32_t seed = 1, AttentionShape s = {6, 2, 64, 0.125f}, int32_t block_size = 4)
+      : shape(s), block(block_size), total(tokens), kv_dim(int64_t{s.num_kv_heads} * s.head_dim),
+        q_dim(int64_t{s.num_heads} * s.head_dim) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> d(0.0f, 1.0f);
     auto fill = [&](std::vector<float>& x, size_t n) { x.resize(n); for (float& e : x) e = d(rng); };
@@ -76,6 +80,39 @@ TEST(Attention, TokenOutputIndependentOfWindowSplitAndBatch) {
     ASSERT_EQ(0, std::memcmp(alone.data(), &out[static_cast<size_t>((pos - start) * f.q_dim)], f.q_dim * 4))
         << "start=" << start;
   }
+}
+
+// Every token of a window against the same token alone (a 1-token window over the same
+// keys), bit for bit, over the shapes the kernel's tiles split differently: a kv head's
+// rows of all the window's tokens go in tiles of up to 6, the tokens seeing different
+// numbers of a key block's keys (the window's own), windows past one item (8 tokens),
+// groups of 1 to 16 query heads, 1 and 2 threads, and windows batched.
+TEST(Attention, WindowTokensEqualTheTokenAloneOnEveryTileSplit) {
+  const AttentionShape shapes[] = {{2, 2, 64, 0.125f},  {4, 2, 64, 0.125f},  {6, 2, 32, 0.17f},
+                                   {16, 8, 128, 0.088f}, {8, 1, 16, 0.25f}, {16, 1, 64, 0.125f},
+                                   {12, 4, 256, 0.0625f}};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const AttentionShape& shape : shapes) {
+      Fixture f(60, 3, shape, 16), other(21, 4, shape, 16);
+      for (int32_t start : {0, 3, 16, 29, 40}) {
+        for (int32_t n = 1; n <= 12 && start + n <= f.total; ++n) {
+          std::vector<float> out(static_cast<size_t>(n * f.q_dim)), out2(static_cast<size_t>(other.total * f.q_dim));
+          AttentionWindow batch[] = {f.window(start, n, out.data()), other.window(0, other.total, out2.data())};
+          attention(shape, {batch, n % 2 == 0 ? 2u : 1u});
+          for (int32_t i = 0; i < n; ++i) {
+            std::vector<float> alone(static_cast<size_t>(f.q_dim));
+            AttentionWindow w = f.window(start + i, 1, alone.data());
+            attention(shape, {&w, 1});
+            ASSERT_EQ(0, std::memcmp(alone.data(), &out[static_cast<size_t>(i * f.q_dim)], f.q_dim * 4))
+                << "heads " << shape.num_heads << "/" << shape.num_kv_heads << " head_dim " << shape.head_dim
+                << " threads " << threads << " start " << start << " n " << n << " token " << i;
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(0);
 }
 
 // The host tier's segment: positions [0, dense) read from a dense copy (a layer ring
