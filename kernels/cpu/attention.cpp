@@ -202,13 +202,55 @@ template <int HD, int R, int W>
   }
 }
 
+/// value_tile with 16-lane vectors where the CPU has AVX-512 (simd::avx512()): slices
+/// of 32 floats, R x 2 accumulators, half the FMA instructions. Each lane is still one
+/// output float's chain over the keys in order: the same bits.
+template <int HD, int R>
+[[gnu::target("avx512f")]] void value_tile_avx512(const float* const* p, const KeyBlock& b, int64_t off, int32_t x0,
+                                                  int32_t x1, float* const* acc) {
+  constexpr int W = HD < 32 ? HD : 32, V = W / 16;
+  for (int d0 = 0; d0 < HD; d0 += W) {
+    __m512 a[R][V];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int t = 0; t < V; ++t) a[r][t] = _mm512_loadu_ps(acc[r] + d0 + t * 16);
+    for (int32_t x = x0; x < x1; ++x) {
+      const float* vx = b.v[x] + off + d0;
+      __m512 vv[V];
+#pragma GCC unroll 8
+      for (int t = 0; t < V; ++t) vv[t] = _mm512_loadu_ps(vx + t * 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 pj = _mm512_set1_ps(p[r][x]);
+#pragma GCC unroll 8
+        for (int t = 0; t < V; ++t) a[r][t] = _mm512_fmadd_ps(pj, vv[t], a[r][t]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int t = 0; t < V; ++t) _mm512_storeu_ps(acc[r] + d0 + t * 16, a[r][t]);
+  }
+}
+
 /// Rows of one kv head against keys [x0, x1) of a block: up to 6 rows a tile (tokens x
 /// heads: a verify window's rows share their V loads), slices of 16 floats from 3 rows
-/// up (R x 2 accumulators), of 32 for 1-2 rows (R x 4: enough independent chains).
+/// up (R x 2 accumulators), of 32 for 1-2 rows (R x 4: enough independent chains); from
+/// 3 rows up 16-lane slices of 32 where the CPU has AVX-512 (a decode step's 2 rows are
+/// memory-bound and keep the AVX2 tile).
 template <int HD>
 void value_rows(int32_t n, const float* const* p, const KeyBlock& b, int64_t off, int32_t x0, int32_t x1,
                 float* const* acc) {
   constexpr int W = HD < 32 ? HD : 32, N = HD < 16 ? HD : 16;
+  if (n >= 3 && simd::avx512()) {
+    switch (n) {
+      case 3: return value_tile_avx512<HD, 3>(p, b, off, x0, x1, acc);
+      case 4: return value_tile_avx512<HD, 4>(p, b, off, x0, x1, acc);
+      case 5: return value_tile_avx512<HD, 5>(p, b, off, x0, x1, acc);
+      default: return value_tile_avx512<HD, 6>(p, b, off, x0, x1, acc);
+    }
+  }
   switch (n) {
     case 1: return value_tile<HD, 1, W>(p, b, off, x0, x1, acc);
     case 2: return value_tile<HD, 2, W>(p, b, off, x0, x1, acc);

@@ -6,11 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace specpipe::cpu {
@@ -155,15 +155,6 @@ inline void tile(const float* x, int64_t ldx, Panels w, int64_t k, const float* 
 /// added to y: the same bits as the AVX2 tiles. SPECPIPE_CPU_AVX512=0 turns it off.
 constexpr int64_t kWidePanels = 8;
 
-bool wide_tiles() {
-  static const bool on = [] {
-    const char* env = std::getenv("SPECPIPE_CPU_AVX512");
-    if (env && std::string_view(env) == "0") return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return on;
-}
-
 template <int MR>
 __attribute__((target("avx512f"))) void tile_bf16_avx512(const float* x, int64_t ldx, Panels w, int64_t k,
                                                           const float* bias, float* y, int64_t ldy, bool accumulate) {
@@ -238,7 +229,7 @@ void row_block(const float* x, int64_t ldx, const PackedMatrix& w, int64_t p0, i
   constexpr int NV = kPanelsPerTile<MR>;
   int64_t p = p0;
   if constexpr (MR >= 4 && std::is_same_v<Load, LoadBf16>) {
-    if (wide_tiles())  // whole tiles of 8 full panels; what is left takes the AVX2 tiles
+    if (simd::avx512())  // whole tiles of 8 full panels; what is left takes the AVX2 tiles
       for (; p + kWidePanels <= p1 && (p + kWidePanels) * kPanelOutputs <= w.n(); p += kWidePanels) {
         const int64_t o = p * kPanelOutputs;
         tile_bf16_avx512<MR>(x, ldx, {w.panel(p), w.panel_bytes()}, w.k(), bias ? bias + o : nullptr, y + o, ldy, acc);

@@ -7,10 +7,24 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/dtype.h"
 
 namespace specpipe::cpu::simd {
+
+/// Whether kernels may take their AVX-512 paths: the build targets x86-64-v3, so this is
+/// chosen at run time, where the CPU has AVX-512F (the GPU machines' Xeons) and
+/// SPECPIPE_CPU_AVX512 is not "0". Every AVX-512 path gives the same bits as its AVX2 one.
+inline bool avx512() {
+  static const bool on = [] {
+    const char* env = std::getenv("SPECPIPE_CPU_AVX512");
+    if (env && std::string_view(env) == "0") return false;
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return on;
+}
 
 /// Loads 8 consecutive elements of a weight row as float32 (exact for all three types).
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
