@@ -139,10 +139,16 @@ cudaError_t gemm_mma_rope_kv_bf16(const uint16_t* x, int64_t ldx, const uint16_t
 /// GEMMs the next kernels' waiting blocks slow down). Not for verify windows: with it the
 /// demo target's 5-row verify forward took 0.421 ms instead of 0.337 under load at one
 /// client (serve_env_ab.sh, H200), its speculation 1.33-1.39x plain instead of 1.52-1.57x.
-/// 0: one block per tile, 4-step buffers (the first kernel). The default, 11 (3 won the
-/// A/B of kernels/cuda/README.md's "Tenth session", 8 its "Thirteenth session");
-/// SPECPIPE_GEMM_MMA_VARIANT (0..15, read on first use) overrides it.
-constexpr int kDefaultMmaVariant = 11;
+/// Bit 64 (with bit 1's deep buffers): each warp loads the next iteration's x fragments
+/// as it issues an iteration's mma, so refilling a weight buffer never waits for its x
+/// (the 8B shape's down_proj and o_proj). Bits 16 and 32 (the next kernel launched one or
+/// two iterations before a deep-buffer grid's end) were measured slower and are unused.
+/// 0: one block per tile, 4-step buffers (the first kernel). The default, 75 (3 won the
+/// A/B of kernels/cuda/README.md's "Tenth session", 8 its "Thirteenth session", 64 its
+/// "Seventeenth session, decode"); SPECPIPE_GEMM_MMA_VARIANT (0..127, read on first use)
+/// overrides it (11: the default before bit 64).
+constexpr int kDefaultMmaVariant = 75;
+constexpr int kMmaVariantMask = 127;
 constexpr int64_t kEarlyLaunchMaxWeightBytes = int64_t{16} << 20;
 int gemm_mma_variant();
 /// For checks and A/B timings: the variant every later launch takes.

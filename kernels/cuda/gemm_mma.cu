@@ -48,13 +48,13 @@ int gemm_mma_variant() {
   int v = mma_variant.load(std::memory_order_relaxed);
   if (v < 0) {
     const char* e = std::getenv("SPECPIPE_GEMM_MMA_VARIANT");
-    v = e != nullptr && *e != '\0' ? std::atoi(e) & 15 : kDefaultMmaVariant;
+    v = e != nullptr && *e != '\0' ? std::atoi(e) & kMmaVariantMask : kDefaultMmaVariant;
     mma_variant.store(v, std::memory_order_relaxed);
   }
   return v;
 }
 
-void set_gemm_mma_variant(int variant) { mma_variant.store(variant & 15, std::memory_order_relaxed); }
+void set_gemm_mma_variant(int variant) { mma_variant.store(variant & kMmaVariantMask, std::memory_order_relaxed); }
 
 namespace {
 
@@ -184,7 +184,7 @@ __device__ inline void rope_epilogue(const QkvRope& r, const RopeRows& rr, int64
 /// else no bound.
 constexpr int min_blocks(int tiles, bool persistent) { return persistent && tiles == 1 ? 4 : 1; }
 
-template <int kTiles, int kEpi, int kDepth, bool kPersistent>
+template <int kTiles, int kEpi, int kDepth, bool kPersistent, bool kPipeX = false>
 __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
     gemm_mma_kernel(const uint16_t* __restrict__ x, int64_t ldx, const uint16_t* __restrict__ w, int64_t n, int64_t k,
                     float* __restrict__ y, uint16_t* __restrict__ yb, int64_t ldy, int32_t m, bool early_launch,
@@ -235,10 +235,9 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
     }
   };
   float acc[kTiles][4] = {};
-  auto multiply = [&](int b, int64_t it) {
-    // Every x fragment of the iteration first, so their loads overlap (one at a time,
-    // each in front of its mma, this kernel was ~10% slower).
-    uint4 xb[kDepth][kTiles];
+  // Every x fragment of an iteration together, so their loads overlap (one at a time,
+  // each in front of its mma, this kernel was ~10% slower).
+  auto load_x = [&](uint4 (&xb)[kDepth][kTiles], int64_t it) {
 #pragma unroll
     for (int u = 0; u < kDepth; ++u) {
       const int64_t s = it * per_iter + u * kWarps + warp;
@@ -248,6 +247,20 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
         xb[u][j] = make_uint4(0, 0, 0, 0);  // rows past m multiply zeros; their sums are dropped
         if (row < m && s < steps) xb[u][j] = __ldg(reinterpret_cast<const uint4*>(x + row * ldx + s * kStep + 8 * t));
       }
+    }
+  };
+  // kPipeX (one tile a block): the next iteration's x fragments, loaded as an iteration's
+  // mma are issued, so no iteration waits for its x before it can refill its weights.
+  [[maybe_unused]] uint4 x_next[kPipeX ? kDepth : 1][kPipeX ? kTiles : 1];
+  auto multiply = [&](int b, int64_t it) {
+    uint4 xb[kDepth][kTiles];
+    if constexpr (kPipeX) {
+#pragma unroll
+      for (int u = 0; u < kDepth; ++u)
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) xb[u][j] = x_next[u][j];
+    } else {
+      load_x(xb, it);
     }
 #pragma unroll
     for (int u = 0; u < kDepth; ++u) {
@@ -261,6 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
         mma16816(acc[j], lo.z, hi.z, lo.w, hi.w, xb[u][j].z, xb[u][j].w);
       }
     }
+    if constexpr (kPipeX) load_x(x_next, it + 1);  // past the last step: no loads
   };
   // Sum the warps' partials in warp order, then store: acc[j] holds features g, g + 8
   // (elements 0-1, 2-3) of rows 8j + 2t, 8j + 2t + 1.
@@ -336,6 +350,7 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
   // resident, for this grid to finish.
   if (early_launch) detail::allow_dependent_launch();
   detail::wait_for_prerequisite_grid();
+  if constexpr (kPipeX) load_x(x_next, 0);
   for (int32_t gi = 0; gi < total; gi += 2) {
     step(0, gi);
     if (gi + 1 >= total) break;
@@ -350,21 +365,21 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
 /// Resident blocks of one kernel variant on the device (SMs x blocks an SM), asked on its
 /// first launch (an eager forward runs before a shape is captured into a graph) and kept:
 /// a persistent grid fills this many. One device per process, as the engine runs.
-template <int kTiles, int kEpi, int kDepth, bool kPersistent>
+template <int kTiles, int kEpi, int kDepth, bool kPersistent, bool kPipeX = false>
 int64_t resident_blocks() {
   static const int64_t blocks = [] {
     int dev = 0, sms = 0, per_sm = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, gemm_mma_kernel<kTiles, kEpi, kDepth, kPersistent>, kWarps * 32, 0) != cudaSuccess)
+            &per_sm, gemm_mma_kernel<kTiles, kEpi, kDepth, kPersistent, kPipeX>, kWarps * 32, 0) != cudaSuccess)
       return int64_t{0};
     return int64_t{sms} * per_sm;
   }();
   return blocks;
 }
 
-template <int kTiles, int kEpi, int kDepth, bool kPersistent>
+template <int kTiles, int kEpi, int kDepth, bool kPersistent, bool kPipeX = false>
 cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n, int64_t k,
                            float* y, uint16_t* yb, int64_t ldy, int32_t m, cudaStream_t stream, bool overlap_previous,
                            const QkvRope& rope) {
@@ -373,8 +388,8 @@ cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const
   // Bit 8 only where the thread allows it (early_launch.h: not a draft beside a verify).
   const bool one_row = (variant & 8) && small_weights && m == 1 && one_row_early_launch();
   const bool early_launch = ((variant & 4) || one_row) && overlap_previous &&
-                            blocks <= resident_blocks<kTiles, kEpi, kDepth, kPersistent>();
-  return detail::launch_dependent(gemm_mma_kernel<kTiles, kEpi, kDepth, kPersistent>,
+                            blocks <= resident_blocks<kTiles, kEpi, kDepth, kPersistent, kPipeX>();
+  return detail::launch_dependent(gemm_mma_kernel<kTiles, kEpi, kDepth, kPersistent, kPipeX>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
                                   ldx, w, n, k, y, yb, ldy, m, early_launch, rope);
 }
@@ -402,11 +417,16 @@ cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n,
   }
   if constexpr (kTiles == 1) {
     if (variant & 1) {
-      const int64_t resident = resident_blocks<kTiles, kEpi, 2 * kUnroll, false>();
+      const int64_t resident = variant & 64 ? resident_blocks<kTiles, kEpi, 2 * kUnroll, false, true>()
+                                            : resident_blocks<kTiles, kEpi, 2 * kUnroll, false>();
       const int64_t plain = resident_blocks<kTiles, kEpi, kUnroll, false>();
-      if (resident > 0 && plain > 0 && tiles <= resident && 2 * tiles <= plain)
+      if (resident > 0 && plain > 0 && tiles <= resident && 2 * tiles <= plain) {
+        if (variant & 64)
+          return launch_variant<kTiles, kEpi, 2 * kUnroll, false, true>(tiles, x, ldx, w, n, k, y, yb, ldy, m,
+                                                                        stream, overlap_previous, rope);
         return launch_variant<kTiles, kEpi, 2 * kUnroll, false>(tiles, x, ldx, w, n, k, y, yb, ldy, m, stream,
                                                                 overlap_previous, rope);
+      }
     }
   }
   return launch_variant<kTiles, kEpi, kUnroll, false>(tiles, x, ldx, w, n, k, y, yb, ldy, m, stream,
@@ -420,6 +440,7 @@ void query_resident_blocks() {
     // Every epilogue's variants (plain, SiLU gate, RoPE + K/V): their registers differ.
     [&]<int... kE>(std::integer_sequence<int, kE...>) {
       ((resident_blocks<1, kE, kUnroll, false>(), resident_blocks<1, kE, 2 * kUnroll, false>(),
+        resident_blocks<1, kE, 2 * kUnroll, false, true>(),
         resident_blocks<1, kE, kUnroll, true>(), resident_blocks<2, kE, kUnroll, false>(),
         resident_blocks<2, kE, kUnroll, true>(), resident_blocks<4, kE, kUnroll, false>(),
         resident_blocks<kMaxTiles, kE, kUnroll, false>()),

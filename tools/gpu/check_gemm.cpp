@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -218,7 +219,7 @@ void check_rope_epilogue(Report& report, cudaStream_t stream) {
     DeviceBuffer<int64_t> dslots(slots);
     DeviceBuffer<uint16_t> dw(w16), dwi(interleaved), dx16(static_cast<size_t>(M * ldx));
     CUDA_OK(cuda::f32_to_bf16(dx32.get(), M, k, ldx, dx16.get(), ldx, stream));
-    for (int variant : {0, 1, 2, 3, 4, 8, 11, 15}) {
+    for (int variant : {0, 1, 2, 3, 4, 8, 11, 15, 75, 79}) {
       cuda::set_gemm_mma_variant(variant);
       int64_t differ = 0, compared = 0;
       for (int32_t m : {1, 3, 5, 8, 9, 16, 33, 64, 80}) {
@@ -287,7 +288,12 @@ void check_mma_variants(Report& report, cudaStream_t stream) {
       return bits;
     };
     const auto plain = outputs(0);
-    for (int variant = 1; variant <= 15; ++variant) {
+    // Bits 0-15 in every combination; the pipelined x loads (64) alone, with deep buffers,
+    // and over 11 and 15.
+    std::vector<int> variants;
+    for (int variant = 1; variant <= 15; ++variant) variants.push_back(variant);
+    for (int variant : {64, 65, 75, 79}) variants.push_back(variant);
+    for (int variant : variants) {
       const auto got = outputs(variant);
       int64_t differ = 0;
       for (size_t i = 0; i < got.size(); ++i) differ += got[i] != plain[i];
@@ -368,7 +374,7 @@ void time_llama8b(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
       nlohmann::json variants_us = nlohmann::json::object();
       if (m == 1 || m == 5) {
         const int before = cuda::gemm_mma_variant();
-        for (int variant = 0; variant <= 3; ++variant) {
+        for (int variant : {0, 1, 2, 3, 11, 75}) {
           cuda::set_gemm_mma_variant(variant);
           const double us = time_us(stream, 3, 20, [&] {
             CUDA_OK(cuda::gemm_mma_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream, true));
