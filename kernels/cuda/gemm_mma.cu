@@ -417,11 +417,14 @@ cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n,
   }
   if constexpr (kTiles == 1) {
     if (variant & 1) {
-      const int64_t resident = variant & 64 ? resident_blocks<kTiles, kEpi, 2 * kUnroll, false, true>()
-                                            : resident_blocks<kTiles, kEpi, 2 * kUnroll, false>();
+      // Bit 64 where a block refills a weight buffer after the wait (more than two
+      // iterations): with at most two, every weight load is issued before it.
+      const bool pipe_x = (variant & 64) && k / kStep > int64_t{2} * kWarps * 2 * kUnroll;
+      const int64_t resident = pipe_x ? resident_blocks<kTiles, kEpi, 2 * kUnroll, false, true>()
+                                      : resident_blocks<kTiles, kEpi, 2 * kUnroll, false>();
       const int64_t plain = resident_blocks<kTiles, kEpi, kUnroll, false>();
       if (resident > 0 && plain > 0 && tiles <= resident && 2 * tiles <= plain) {
-        if (variant & 64)
+        if (pipe_x)
           return launch_variant<kTiles, kEpi, 2 * kUnroll, false, true>(tiles, x, ldx, w, n, k, y, yb, ldy, m,
                                                                         stream, overlap_previous, rope);
         return launch_variant<kTiles, kEpi, 2 * kUnroll, false>(tiles, x, ldx, w, n, k, y, yb, ldy, m, stream,
