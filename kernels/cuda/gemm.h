@@ -139,10 +139,10 @@ cudaError_t gemm_mma_rope_kv_bf16(const uint16_t* x, int64_t ldx, const uint16_t
 /// GEMMs the next kernels' waiting blocks slow down). Not for verify windows: with it the
 /// demo target's 5-row verify forward took 0.421 ms instead of 0.337 under load at one
 /// client (serve_env_ab.sh, H200), its speculation 1.33-1.39x plain instead of 1.52-1.57x.
-/// Bit 64 (with bit 1's deep buffers, k > 2,048: a block refills a weight buffer after
-/// the wait): each warp loads the next iteration's x fragments as it issues an
-/// iteration's mma, so refilling a weight buffer never waits for its x (the 8B shape's
-/// down_proj and o_proj, the 0.6B shape's down_proj). Bits 16 and 32 (the next kernel launched one or
+/// Bit 64 (with bit 1's deep buffers, W over kEarlyLaunchMaxWeightBytes): each warp
+/// loads the next iteration's x fragments as it issues an iteration's mma, so refilling a
+/// weight buffer never waits for its x (the 8B shape's o_proj and down_proj; the 0.6B
+/// shape's GEMMs keep variant 11's kernels, its down_proj lost 1-2% of the step with it). Bits 16 and 32 (the next kernel launched one or
 /// two iterations before a deep-buffer grid's end) were measured slower and are unused.
 /// 0: one block per tile, 4-step buffers (the first kernel). The default, 75 (3 won the
 /// A/B of kernels/cuda/README.md's "Tenth session", 8 its "Thirteenth session", 64 its

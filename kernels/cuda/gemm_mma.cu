@@ -417,9 +417,9 @@ cudaError_t launch(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t n,
   }
   if constexpr (kTiles == 1) {
     if (variant & 1) {
-      // Bit 64 where a block refills a weight buffer after the wait (more than two
-      // iterations): with at most two, every weight load is issued before it.
-      const bool pipe_x = (variant & 64) && k / kStep > int64_t{2} * kWarps * 2 * kUnroll;
+      // Bit 64 for weights of more than kEarlyLaunchMaxWeightBytes (the 8B shape's o_proj
+      // and down_proj gained; the 0.6B shape's down_proj, 6 MiB, lost 1-2% of its step).
+      const bool pipe_x = (variant & 64) && 2 * n * k > kEarlyLaunchMaxWeightBytes;
       const int64_t resident = pipe_x ? resident_blocks<kTiles, kEpi, 2 * kUnroll, false, true>()
                                       : resident_blocks<kTiles, kEpi, 2 * kUnroll, false>();
       const int64_t plain = resident_blocks<kTiles, kEpi, kUnroll, false>();

@@ -191,14 +191,15 @@ int64_t bits_differing(const float* a, const float* b, int64_t n) {
 /// then qk_norm_rope_kv (no QK-norm), bit for bit: q, k and v in y and the K/V slots, for
 /// m = 1..80 rows (80: a second pass over W), in every gemm_mma variant (the 8B shape's
 /// heads take one-wave grids, 40 x 4 heads of 128 the persistent one at m <= 16, and
-/// k = 3,072 deep buffers with bit 64's pipelined x loads at m <= 8).
+/// 8 + 2 x 2 heads of 128 over k = 8,192 (24 MiB) deep buffers with bit 64's pipelined x
+/// loads at m <= 8).
 void check_rope_epilogue(Report& report, cudaStream_t stream) {
   struct Shape { int32_t heads, kv, hd; int64_t k; };
   const int32_t M = 80, max_pos = 4096;
   const int64_t num_slots = 128;
   const int before = cuda::gemm_mma_variant();
   for (const Shape sh : {Shape{32, 8, 128, 512}, Shape{14, 2, 64, 256}, Shape{160, 40, 128, 128},
-                         Shape{14, 2, 64, 3072}}) {
+                         Shape{8, 2, 128, 8192}}) {
     const int64_t qd = int64_t{sh.heads} * sh.hd, kvd = int64_t{sh.kv} * sh.hd, n = qd + 2 * kvd, k = sh.k;
     const int64_t ldy = n + 8, ldx = k + 32;
     const auto w16 = to_bf16(random_floats(static_cast<size_t>(n * k), 1301, -0.1f, 0.1f));
