@@ -155,9 +155,66 @@ inline void score_rows(const float* const* q, const KeyBlock& b, int64_t off, in
   for (; x < x1; ++x) score_tile<HD, R, 1>(q, b.k, off, scale, scores, x);
 }
 
+/// score_rows where the CPU has AVX-512: a 16-lane vector holds two keys' 8-lane chains
+/// (lanes 0-7 key x, 8-15 key x + 1) against the query's 8 floats in both halves, R rows
+/// x 2-3 key pairs a tile; each half is summed with the AVX2 tile's tree. Every score is
+/// the same FMA chain over head_dim, the same sum and `* scale`: the same bits. Keys left
+/// over take the AVX2 tiles.
+template <int HD, int R>
+[[gnu::target("avx512f")]] void score_rows_avx512(const float* const* q, const KeyBlock& b, int64_t off, int32_t x0,
+                                                  int32_t x1, float scale, float* const* scores) {
+  constexpr int P = R <= 4 ? 3 : 2;  // key pairs a tile: R x P accumulators + P keys + 1 query <= 32
+  int32_t x = x0;
+  for (; x + 2 * P <= x1; x += 2 * P) {
+    __m512 acc[R][P];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < P; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int d = 0; d < HD; d += 8) {
+      __m512 kv[P];
+#pragma GCC unroll 8
+      for (int j = 0; j < P; ++j) {
+        // (masked forms of the insert and broadcast: GCC 12 warns on the plain forms'
+        // undefined sources, as in linear.cpp; the same instructions)
+        const __m256d lo = _mm256_castps_pd(_mm256_loadu_ps(b.k[x + 2 * j] + off + d));
+        const __m256d hi = _mm256_castps_pd(_mm256_loadu_ps(b.k[x + 2 * j + 1] + off + d));
+        kv[j] = _mm512_castpd_ps(_mm512_mask_broadcast_f64x4(_mm512_castpd256_pd512(lo), 0xf0, hi));
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 qv =
+            _mm512_castpd_ps(_mm512_maskz_broadcast_f64x4(0xff, _mm256_castps_pd(_mm256_loadu_ps(q[r] + d))));
+#pragma GCC unroll 8
+        for (int j = 0; j < P; ++j) acc[r][j] = _mm512_fmadd_ps(qv, kv[j], acc[r][j]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < P; ++j) {
+        alignas(64) float halves[16];  // (not a cast or extract: GCC 12 warns on those)
+        _mm512_store_ps(halves, acc[r][j]);
+        scores[r][x + 2 * j] = simd::hsum(_mm256_load_ps(halves)) * scale;
+        scores[r][x + 2 * j + 1] = simd::hsum(_mm256_load_ps(halves + 8)) * scale;
+      }
+  }
+  for (; x < x1; ++x) score_tile<HD, R, 1>(q, b.k, off, scale, scores, x);
+}
+
+/// score_rows for n rows; from 3 rows up on AVX-512 where the CPU has it (a decode step's
+/// 2 rows are memory-bound and keep the AVX2 tile).
 template <int HD>
 void score_rows(int32_t n, const float* const* q, const KeyBlock& b, int64_t off, int32_t x0, int32_t x1,
                 float scale, float* const* scores) {
+  if (n >= 3 && simd::avx512()) {
+    switch (n) {
+      case 3: return score_rows_avx512<HD, 3>(q, b, off, x0, x1, scale, scores);
+      case 4: return score_rows_avx512<HD, 4>(q, b, off, x0, x1, scale, scores);
+      case 5: return score_rows_avx512<HD, 5>(q, b, off, x0, x1, scale, scores);
+      default: return score_rows_avx512<HD, 6>(q, b, off, x0, x1, scale, scores);
+    }
+  }
   switch (n) {
     case 1: return score_rows<HD, 1>(q, b, off, x0, x1, scale, scores);
     case 2: return score_rows<HD, 2>(q, b, off, x0, x1, scale, scores);
