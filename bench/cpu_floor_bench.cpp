@@ -11,7 +11,12 @@
 // (core/cpu_timer.h), which on a machine shared with other work approximates the time
 // the threads would take running alone; the floor is computed both ways too.
 //
-// Usage: cpu_floor_bench --model DIR [--context 256] [--windows 1,5] [--repeat 5] [--json F]
+// With --phases, further rounds (after the timed ones, which run untimed by phase) time
+// every forward phase by phase (model/forward_phases.h: the norms, each GEMM region,
+// QK-norm + RoPE, K/V write, attention, silu, LM head) and print ms per forward of each
+// phase for each window size. Without it the forward's phase boundaries are a null test.
+//
+// Usage: cpu_floor_bench --model DIR [--context 256] [--windows 1,5] [--repeat 5] [--phases] [--json F]
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +31,7 @@
 #include "core/timer.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kvstore/kv_write_sink.h"
+#include "model/forward_phases.h"
 #include "model/load_model.h"
 #include "pipeline/prefill.h"
 
@@ -38,7 +44,7 @@ double median(std::vector<double> v) {
 }
 
 int run(const std::string& model_arg, int32_t context, const std::vector<int32_t>& windows, int32_t repeat,
-        double min_ms, const std::string& json_out) {
+        double min_ms, bool phases, const std::string& json_out) {
   auto model = load_transformer(resolve_model_dir(model_arg));
   const ModelConfig& c = model->config();
   const int32_t widest = *std::max_element(windows.begin(), windows.end());
@@ -95,10 +101,45 @@ int run(const std::string& model_arg, int32_t context, const std::vector<int32_t
                     {"cpu_ms_runs", cpu_ms[n]}, {"cpu_floor_ms", cpu_floor_ms}, {"cpu_x_floor", tc / cpu_floor_ms},
                     {"cpu_x_first_window", tc / step_cpu_ms}});
   }
+  nlohmann::json phase_rows = nlohmann::json::object();
+  if (phases) {
+    // Rounds alternate between the sizes as above; the profile is attached to these only.
+    std::map<int32_t, ForwardPhaseProfile> prof;
+    for (int32_t r = 0; r < repeat; ++r)
+      for (int32_t n : windows) {
+        model->set_phase_profile(&prof[n]);
+        Stopwatch clock;
+        do forward(n);
+        while (clock.elapsed_ms() < min_ms);
+      }
+    model->set_phase_profile(nullptr);
+    std::printf("\nms per forward by phase (wall time on the calling thread, %d rounds):\n%-14s", repeat, "phase");
+    for (int32_t n : windows) std::printf(" %9s%-3d", "window ", n);
+    std::printf(" %12s\n", "x 1st size");
+    const ForwardPhaseProfile& first = prof[windows.front()];
+    auto per_fwd = [](const ForwardPhaseProfile& p, int64_t ns) {
+      return static_cast<double>(ns) / 1e6 / static_cast<double>(std::max<int64_t>(1, p.forwards));
+    };
+    for (int ph = 0; ph <= ForwardPhaseProfile::count; ++ph) {
+      const bool total = ph == ForwardPhaseProfile::count;
+      std::printf("%-14s", total ? "total" : ForwardPhaseProfile::kNames[static_cast<size_t>(ph)]);
+      for (int32_t n : windows) {
+        const ForwardPhaseProfile& p = prof[n];
+        const double v = per_fwd(p, total ? p.total_ns() : p.ns[static_cast<size_t>(ph)]);
+        std::printf(" %12.3f", v);
+        phase_rows[std::to_string(n)][total ? "total" : ForwardPhaseProfile::kNames[static_cast<size_t>(ph)]] = v;
+      }
+      const ForwardPhaseProfile& last = prof[windows.back()];
+      const double a = per_fwd(first, total ? first.total_ns() : first.ns[static_cast<size_t>(ph)]);
+      const double b = per_fwd(last, total ? last.total_ns() : last.ns[static_cast<size_t>(ph)]);
+      std::printf(" %12.3f\n", a > 0 ? b / a : 0.0);
+    }
+  }
   const nlohmann::json doc = {{"model", model_arg}, {"context", context}, {"threads", cpu::num_threads()},
                               {"read_bandwidth_Bps", bw.wall_Bps}, {"read_bandwidth_cpu_Bps", bw.cpu_Bps},
                               {"weight_bytes", weight_bytes},
-                              {"kv_bytes_per_position", kv_bytes_per_pos}, {"repeat", repeat}, {"windows", rows}};
+                              {"kv_bytes_per_position", kv_bytes_per_pos}, {"repeat", repeat}, {"windows", rows},
+                              {"phases_ms", phase_rows}};
   if (!json_out.empty()) std::ofstream(json_out) << doc.dump(2) << "\n";
   return 0;
 }
@@ -118,11 +159,15 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "rounds over the sizes (medians)")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--min-ms", min_ms, "time per size per round")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--threads", threads, "kernel threads (0: $SPECPIPE_THREADS or all cores)");
+  bool phases = false;
+  app.add_flag("--phases", phases,
+               "after the timed rounds, time each forward phase (norms, GEMM regions, QK-norm + RoPE, K/V write, "
+               "attention, silu, LM head) in as many rounds and print ms per forward by phase");
   app.add_option("--json", json_out, "write the JSON report here");
   CLI11_PARSE(app, argc, argv);
   specpipe::cpu::set_num_threads(threads);
   try {
-    return specpipe::run(model, context, windows, repeat, min_ms, json_out);
+    return specpipe::run(model, context, windows, repeat, min_ms, phases, json_out);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cpu_floor_bench: %s\n", e.what());
     return 1;

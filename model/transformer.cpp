@@ -65,6 +65,7 @@ cpu::LinearTarget target(const cpu::PackedMatrix& w, const std::vector<float>& b
 
 void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore& kv,
                           KvWriteSink& sink, Logits& out) {
+  phases_.start(phase_profile_);
   const ModelConfig& c = config_;
   if (!kv.tensors().holds_pool())
     fail(ErrorCode::invalid_argument, "CPU forward: the KV store keeps no host tensors (its pool is on a device)");
@@ -73,8 +74,10 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   for (const ForwardWindow& w : windows) total += static_cast<int64_t>(w.tokens.size());
   Scratch& s = *scratch_;
   s.resize(c, total);
+  phases_.end(ForwardPhaseProfile::other);
 
   embed(windows);
+  phases_.end(ForwardPhaseProfile::embed);
   // Sequences with K/V on the host tier: every layer's host part streams through the
   // ring; a forward that fails half way drains the ring's copies before it returns.
   LayerRing* ring = nullptr;
@@ -100,7 +103,9 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
   } guard{ring};
   for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, windows, starts, kv, sink, ring);
   if (ring) ring->finish();
+  phases_.end(ForwardPhaseProfile::other);
   head(windows, out);
+  phases_.start(nullptr);
 }
 
 void Transformer::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv,
@@ -109,6 +114,7 @@ void Transformer::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, 
   if (!kv.tensors().holds_pool())
     fail(ErrorCode::invalid_argument, "CPU forward: the KV store keeps no host tensors (its pool is on a device)");
   check_layer_prefill(seq, prompt, kv, c);
+  phases_.start(nullptr);
   // One window of the whole prompt from position 0: no prefix to read (the host part is
   // booked, not written), every key from the window's own rows; the sink sends each
   // layer's rows to the host tier and the pool.
@@ -165,8 +171,10 @@ void Transformer::head(std::span<const ForwardWindow> windows, Logits& out) {
   if (logit_rows_total == 0) return;
   cpu::rms_norm(s.h.data(), c.hidden_size, weights_.final_norm.data(), c.rms_norm_eps, logit_rows_total,
                 c.hidden_size, s.h.data(), c.hidden_size);
+  phases_.end(ForwardPhaseProfile::head_norm);
   const cpu::LinearTarget head = target(lm_head_, {}, logits.data(), c.vocab_size);
   cpu::linear(s.h.data(), logit_rows_total, c.hidden_size, c.hidden_size, {&head, 1});
+  phases_.end(ForwardPhaseProfile::lm_head);
 }
 
 void Transformer::enable_layer_ring(int32_t slots, bool overlap) {
@@ -188,12 +196,16 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
     return t;
   }();
 
+  phases_.end(ForwardPhaseProfile::other);
+
   // --- attention block ---
   cpu::rms_norm(s.x.data(), hidden, w.input_norm.data(), c.rms_norm_eps, total, hidden, s.h.data(), hidden);
+  phases_.end(ForwardPhaseProfile::norm);
   const cpu::LinearTarget qkv[] = {target(pw.q, w.q_bias, s.q.data(), qd),
                                    target(pw.k, w.k_bias, s.k.data(), kvd),
                                    target(pw.v, w.v_bias, s.v.data(), kvd)};
   cpu::linear(s.h.data(), total, hidden, hidden, qkv);
+  phases_.end(ForwardPhaseProfile::qkv);
 
   // QK-norm (per head) and RoPE at each token's absolute position.
   int64_t row = 0;
@@ -208,6 +220,7 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
       cpu::apply_rope(rope_, starts[wi] + i, qr, c.num_heads);
       cpu::apply_rope(rope_, starts[wi] + i, kr, c.num_kv_heads);
     }
+  phases_.end(ForwardPhaseProfile::qk_norm_rope);
 
   std::vector<WindowKvRows> kv_rows;
   std::vector<cpu::AttentionWindow> attn;
@@ -238,6 +251,7 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
     row += n;
   }
   sink.write_layer(layer, kv_rows);
+  phases_.end(ForwardPhaseProfile::kv_write);
   const cpu::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
                                   1.0f / std::sqrt(static_cast<float>(c.head_dim))};
   if (ring) {
@@ -257,19 +271,25 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
   for (size_t wi = 0; wi < windows.size(); ++wi)
     if (attn[wi].block_mass)
       windows[wi].query_tap->on_block_mass(layer, attn[wi].block_mass, attn[wi].n, c.num_kv_heads, prefix_blocks(wi));
+  phases_.end(ForwardPhaseProfile::attention);
   // x += o_proj(attn): the residual add is fused into the projection.
   const cpu::LinearTarget o = target(pw.o, w.o_bias, s.x.data(), hidden, true);
   cpu::linear(s.attn.data(), total, qd, qd, {&o, 1});
+  phases_.end(ForwardPhaseProfile::o_proj);
 
   // --- MLP block ---
   cpu::rms_norm(s.x.data(), hidden, w.post_attention_norm.data(), c.rms_norm_eps, total, hidden,
                 s.h.data(), hidden);
+  phases_.end(ForwardPhaseProfile::norm);
   const cpu::LinearTarget gate_up[] = {target(pw.gate, w.gate_bias, s.gate.data(), inter),
                                        target(pw.up, w.up_bias, s.up.data(), inter)};
   cpu::linear(s.h.data(), total, hidden, hidden, gate_up);
+  phases_.end(ForwardPhaseProfile::gate_up);
   cpu::silu_gate(s.gate.data(), s.up.data(), s.gate.data(), total, inter, inter);
+  phases_.end(ForwardPhaseProfile::silu);
   const cpu::LinearTarget down = target(pw.down, w.down_bias, s.x.data(), hidden, true);
   cpu::linear(s.gate.data(), total, inter, inter, {&down, 1});
+  phases_.end(ForwardPhaseProfile::down);
 }
 
 }  // namespace specpipe

@@ -10,6 +10,7 @@
 #include "kernels/cpu/packed_matrix.h"
 #include "kernels/cpu/rope.h"
 #include "model/forward_model.h"
+#include "model/forward_phases.h"
 #include "model/weights.h"
 
 namespace specpipe {
@@ -50,6 +51,10 @@ class Transformer final : public ForwardModel {
   void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, Logits& out) override;
   void enable_layer_ring(int32_t slots, bool overlap = true) override;
   RingStats ring_stats() const override { return ring_ ? ring_->stats() : RingStats{}; }
+  /// Times every later forward() phase by phase into `profile` (model/forward_phases.h)
+  /// until called with nullptr (the default: not timed). The layer-wise prefill is never
+  /// timed.
+  void set_phase_profile(ForwardPhaseProfile* profile) { phase_profile_ = profile; }
 
  private:
   struct Scratch;
@@ -74,6 +79,8 @@ class Transformer final : public ForwardModel {
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<LayerRing> ring_;  // offload: streams host-tier K/V, layer by layer
   bool copy_overlap_ = true;         // the ring's and the layer-wise prefill's copies on a thread
+  ForwardPhaseProfile* phase_profile_ = nullptr;
+  PhaseClock phases_;  // the running forward's phase boundaries (no-ops without a profile)
 };
 
 }  // namespace specpipe

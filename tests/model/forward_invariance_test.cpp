@@ -66,6 +66,50 @@ TEST_P(Invariance, TokenLogitsIdenticalAloneInWindowAndInBatch) {
   }
 }
 
+// The phase profile (bench/cpu_floor_bench --phases) only reads the clock: the logits are
+// the same bits with it attached, its phases sum to the forwards' time, and the
+// layer-wise prefill and forwards after it is detached add nothing.
+TEST_P(Invariance, PhaseProfileLeavesTheLogitsAndTimesEveryPhase) {
+  Transformer& m = test::model(GetParam());
+  const auto& cases = test::golden_public()["cases"];
+  const auto prompt = test::ids(cases[1]["prompt_ids"]);
+  const auto cont = test::ids(cases[1]["target_greedy_96"]);
+  KvStore kv(m.kv_config(64));
+  DirectKvWriter writer(kv);
+  Logits logits;
+  const SeqId a = start(m, kv, prompt, 16, logits);
+  kv.reserve(a, kv.length(a) + 5);
+  const ForwardWindow w{a, std::span(cont).first(5), LogitsMode::all};
+  m.forward({&w, 1}, kv, writer, logits);
+  const std::vector<float> plain = copy(logits.row(0, 4));
+
+  ForwardPhaseProfile profile;
+  m.set_phase_profile(&profile);
+  const int64_t t0 = ForwardPhaseProfile::now_ns();
+  m.forward({&w, 1}, kv, writer, logits);
+  m.forward({&w, 1}, kv, writer, logits);
+  const int64_t elapsed = ForwardPhaseProfile::now_ns() - t0;
+  const auto row = logits.row(0, 4);
+  ASSERT_EQ(0, std::memcmp(row.data(), plain.data(), row.size_bytes()));
+  EXPECT_EQ(profile.forwards, 2);
+  for (int ph : {ForwardPhaseProfile::norm, ForwardPhaseProfile::qkv, ForwardPhaseProfile::attention,
+                 ForwardPhaseProfile::o_proj, ForwardPhaseProfile::gate_up, ForwardPhaseProfile::silu,
+                 ForwardPhaseProfile::down, ForwardPhaseProfile::lm_head})
+    EXPECT_GT(profile.ns[static_cast<size_t>(ph)], 0) << ForwardPhaseProfile::kNames[static_cast<size_t>(ph)];
+  EXPECT_LE(profile.total_ns(), elapsed);
+  const ForwardPhaseProfile timed = profile;
+  Logits layer_logits;
+  KvStore kv2(m.kv_config(64));
+  const SeqId b = kv2.add_sequence({});
+  kv2.reserve(b, static_cast<int32_t>(prompt.size()));
+  DirectKvWriter writer2(kv2);
+  m.prefill_layerwise(b, prompt, kv2, writer2, layer_logits);  // never timed
+  m.set_phase_profile(nullptr);
+  m.forward({&w, 1}, kv, writer, logits);
+  EXPECT_EQ(profile.forwards, timed.forwards);
+  EXPECT_EQ(profile.ns, timed.ns);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, Invariance, ::testing::Values("demo-target", "demo-draft", "llama-tiny-random"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            std::string name = p.param;
