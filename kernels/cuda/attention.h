@@ -114,11 +114,12 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// 64): that build with fewer instructions (a lane's query dims one 16-byte shared-memory
 /// load, the queries stored lane-major in the order the lane scores them; a score's
 /// key-count test one comparison; value chains of 4 dims x up to 3 slots a thread; unsigned
-/// indices; the GQA group's multiplier from the host). The default, kDefaultAttentionVariant
-/// (bits 1, 2, 4, 8, 32, 64, 128), won the A/Bs of kernels/cuda/README.md ("Eleventh
-/// session", "Twelfth session", "Thirteenth session", "Fourteenth session, verify windows",
-/// "Fifteenth session, window"); SPECPIPE_ATTENTION_VARIANT (0..255, read on first use)
-/// overrides it.
+/// indices; the GQA group's multiplier from the host); bit 1024 (with bits 1 and 8, FP32
+/// K/V): kAttentionStreamChunks below. The default, kDefaultAttentionVariant (bits 1, 2, 4,
+/// 8, 32, 64, 128, 1024), won the A/Bs of kernels/cuda/README.md ("Eleventh session",
+/// "Twelfth session", "Thirteenth session", "Fourteenth session, verify windows",
+/// "Fifteenth session, window", "Seventeenth session, chunk"); SPECPIPE_ATTENTION_VARIANT
+/// (0..2047, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
 constexpr int kAttentionTwoBlocks = 4;
@@ -127,8 +128,17 @@ constexpr int kAttentionThreeBlocks = 16;
 constexpr int kAttentionLeanWindow = 32;
 constexpr int kAttentionFastWindow = 64;
 constexpr int kAttentionTightWindow = 128;
-constexpr int kAttentionVariants = 256;
-constexpr int kDefaultAttentionVariant = 239;
+/// Bit 1024 (with bit 8's two-blocks lean build and the head merge; FP32 K/V whose rows take
+/// 16-byte copies; where a wave of two blocks an SM leaves each block at least two
+/// chunks): the decode chunk kernel's streaming build. Y blocks a (row, kv head), the grid
+/// one wave, block y taking the row's chunks y, y + Y, ...; its keys and values stream
+/// through a two-slot shared-memory ring of 64-key tiles (cp.async), the next tile in
+/// flight while one is scored or summed (kernels/cuda/README.md "Seventeenth session,
+/// chunk"). Bits 256 and 512 are unused.
+constexpr int kAttentionStreamChunks = 1024;
+constexpr int kAttentionUsedBits = 255 | kAttentionStreamChunks;
+constexpr int kAttentionVariants = 2048;
+constexpr int kDefaultAttentionVariant = 239 | kAttentionStreamChunks;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);

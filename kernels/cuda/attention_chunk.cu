@@ -3,6 +3,8 @@
 // per (row, kv head) merges the row (attention_device.cuh's merge_row).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_paths.h"
 #include "kernels/cuda/pdl.cuh"
@@ -186,6 +188,88 @@ __device__ inline void lean_score_pass(const AttentionShape& s, Shared& sh, int3
   if ((lane & 1) == 0 && g < group) sh.p[g][jl] = jl < count ? dot * s.scale : -INFINITY;
 }
 
+/// Steps [j0, end) of the lean value chains of dims d, d + 1 for one or two heads
+/// (numerators p0, p1; a[part][dim]): key jl's staged values at rows + (jl - j0) * hd, each
+/// chain fmaf(p, v, acc) in ascending key order, 4 keys at a time (16-byte numerator loads;
+/// j0 a multiple of 4) then one at a time.
+template <class T>
+__device__ inline void value_span(const T* rows, int32_t j0, int32_t end, int32_t hd, int d, const float* p0,
+                                  const float* p1, bool two, float (&a)[2][2]) {
+  int32_t jl = j0;
+#pragma unroll 2
+  for (; jl + 4 <= end; jl += 4) {
+    float2 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = value_pair(rows + (jl - j0 + u) * hd + d);
+    pair_steps(*reinterpret_cast<const float4*>(p0 + jl), v, a[0][0], a[0][1]);
+    if (two) pair_steps(*reinterpret_cast<const float4*>(p1 + jl), v, a[1][0], a[1][1]);
+  }
+  for (; jl < end; ++jl) {
+    const float2 v = value_pair(rows + (jl - j0) * hd + d);
+    a[0][0] = fmaf(p0[jl], v.x, a[0][0]);
+    a[0][1] = fmaf(p0[jl], v.y, a[0][1]);
+    if (two) {
+      a[1][0] = fmaf(p1[jl], v.x, a[1][0]);
+      a[1][1] = fmaf(p1[jl], v.y, a[1][1]);
+    }
+  }
+}
+
+/// The chunk kernels' softmax numerators for every head of the group at once:
+/// block_max / block_sum's orders (a butterfly per warp, then the warps in order) with one
+/// barrier inside; thread tid < C owns key tid, as in the reference's 128-thread block.
+/// Leaves each warp's maxima in sh.red and sums in sh.red2 (seen after a barrier).
+template <class Shared>
+__device__ inline void chunk_numerators(Shared& sh, int32_t group, int32_t count) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  if (tid < C)
+    for (int g = 0; g < group; ++g) {
+      const float m = detail::warp_max(sh.p[g][tid]);
+      if (lane == 0) sh.red[g][warp] = m;
+    }
+  __syncthreads();
+  if (tid < C)
+    for (int g = 0; g < group; ++g) {
+      float m = sh.red[g][0];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.red[g][w]);
+      const float e = tid < count ? expf(sh.p[g][tid] - m) : 0.0f;
+      sh.p[g][tid] = e;
+      const float sum = detail::warp_sum(e);
+      if (lane == 0) sh.red2[g][warp] = sum;
+    }
+}
+
+/// After chunk_numerators and a barrier: thread g < group writes head g's chunk max and
+/// sum of exponentials (the warps' in order) to its record.
+template <class Shared>
+__device__ inline void store_max_sum(const AttentionShape& s, const AttentionBatch& b, const ChunkTask& task,
+                                     const Shared& sh) {
+  const int tid = threadIdx.x;
+  if (tid >= task.group) return;
+  float m = sh.red[tid][0], sum = sh.red2[tid][0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) {
+    m = fmaxf(m, sh.red[tid][w]);
+    sum += sh.red2[tid][w];
+  }
+  workspace_at(s, b, task, tid)[0] = m;
+  workspace_at(s, b, task, tid)[1] = sum;
+}
+
+/// The lean value chains' results into the chunk records of heads g0 (and g1 when `two`).
+__device__ inline void store_value_sums(const AttentionShape& s, const AttentionBatch& b, const ChunkTask& task,
+                                        int g0, int g1, bool two, int d, const float (&a)[2][2]) {
+  float* r0 = workspace_at(s, b, task, g0) + 2 + d;
+  r0[0] = a[0][0];
+  r0[1] = a[0][1];
+  if (two) {
+    float* r1 = workspace_at(s, b, task, g1) + 2 + d;
+    r1[0] = a[1][0];
+    r1[1] = a[1][1];
+  }
+}
+
 /// Variant bit 8's value sums: thread (pair, part) < hd / 2 x min(group, 2) runs the chains
 /// of dims 2 pair, 2 pair + 1 for heads part and part + 2 (up to 4 chains), each chain
 /// fmaf(p, v, acc) over the chunk's keys in ascending order as value_sums', reading each
@@ -201,35 +285,9 @@ __device__ inline void lean_value_sums(const AttentionShape& s, const AttentionB
   if (tid >= pairs * hparts) return;
   const int d = 2 * (tid % pairs), g0 = tid / pairs, g1 = g0 + 2;
   const bool two = g1 < group;
-  const float* p0 = sh.p[g0];
-  const float* p1 = sh.p[two ? g1 : g0];
-  float a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f;  // a<head><dim>
-  int32_t jl = 0;
-#pragma unroll 2
-  for (; jl + 4 <= count; jl += 4) {
-    float2 v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = value_pair(staged + (jl + u) * hd + d);
-    pair_steps(*reinterpret_cast<const float4*>(p0 + jl), v, a00, a01);
-    if (two) pair_steps(*reinterpret_cast<const float4*>(p1 + jl), v, a10, a11);
-  }
-  for (; jl < count; ++jl) {
-    const float2 v = value_pair(staged + jl * hd + d);
-    a00 = fmaf(p0[jl], v.x, a00);
-    a01 = fmaf(p0[jl], v.y, a01);
-    if (two) {
-      a10 = fmaf(p1[jl], v.x, a10);
-      a11 = fmaf(p1[jl], v.y, a11);
-    }
-  }
-  float* r0 = workspace_at(s, b, task, g0) + 2 + d;
-  r0[0] = a00;
-  r0[1] = a01;
-  if (two) {
-    float* r1 = workspace_at(s, b, task, g1) + 2 + d;
-    r1[0] = a10;
-    r1[1] = a11;
-  }
+  float a[2][2] = {};  // a[head part][dim]
+  value_span(staged, 0, count, hd, d, sh.p[g0], sh.p[two ? g1 : g0], two, a);
+  store_value_sums(s, b, task, g0, g1, two, d, a);
 }
 
 /// The chunk kernel of the forward: the reference's arithmetic in the reference's order
@@ -367,37 +425,12 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
   }
   __syncthreads();
 
-  // Softmax numerators, every head of the group at once: block_max / block_sum's orders
-  // (a butterfly per warp, then the warps in order) with two barriers in all instead of
-  // four per head. Thread tid < C owns key tid, as in the reference's 128-thread block.
-  if (tid < C)
-    for (int g = 0; g < group; ++g) {
-      const float m = detail::warp_max(sh.p[g][tid]);
-      if (lane == 0) sh.red[g][warp] = m;
-    }
-  __syncthreads();
-  if (tid < C)
-    for (int g = 0; g < group; ++g) {
-      float m = sh.red[g][0];
-#pragma unroll
-      for (int w = 1; w < kWarps; ++w) m = fmaxf(m, sh.red[g][w]);
-      const float e = tid < count ? expf(sh.p[g][tid] - m) : 0.0f;
-      sh.p[g][tid] = e;
-      const float sum = detail::warp_sum(e);
-      if (lane == 0) sh.red2[g][warp] = sum;
-    }
+  // Softmax numerators, every head of the group at once, two barriers in all instead of
+  // four per head.
+  chunk_numerators(sh, group, count);
   if (stage) copy_async_wait_all();  // this thread's copies; the barrier shows everyone's
   __syncthreads();
-  if (tid < group) {
-    float m = sh.red[tid][0], sum = sh.red2[tid][0];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) {
-      m = fmaxf(m, sh.red[tid][w]);
-      sum += sh.red2[tid][w];
-    }
-    workspace_at(s, b, task, tid)[0] = m;
-    workspace_at(s, b, task, tid)[1] = sum;
-  }
+  store_max_sum(s, b, task, sh);
 
   // Unnormalised value sums: the chains of one dim for kHeadsPerThread heads of the
   // group side by side (each value read once for all of them); every chain adds its
@@ -452,6 +485,189 @@ __global__ void __launch_bounds__(kFastThreads, kMinBlocks) attention_chunk_kern
   merge_row(s, b, outb, row, kvh, chunks, staged_values, stage ? int64_t{C} * hd : 0);
 }
 
+/// Variant bit 1024: the streaming build of the two-blocks lean kernel. Keys per ring tile
+/// (two tiles a chunk for the keys, two for the values): a lean score pass's keys (warp,
+/// warp + kFastWarps, ... four at a time) are 64 consecutive keys, so a tile is one pass.
+constexpr int kTileKeys = C / kLeanPasses;
+/// Ring slots: two (a 64 KB ring for FP32, one tile in flight while the other is used).
+/// Three (96 KB) kept more in flight and was faster alone, but two such blocks an SM need
+/// the largest shared-memory carveout, under which the step's other kernels run slower
+/// (kernels/cuda/README.md "Seventeenth session, chunk").
+constexpr int kRingSlots = 2;
+static_assert(kLeanPasses == 2 && kTileKeys == 64);
+
+/// Shared memory of a streaming block besides its ring: the group's queries (groups up to
+/// 4), the scores (then numerators), the K and V row addresses of two chunks (the one
+/// being copied and the next), the softmax's reduction scratch.
+template <int kDimLanes, class T>
+struct StreamShared {
+  float q[4 * 32 * kDimLanes];
+  alignas(16) float p[4][C];
+  const T* krow[2][C];
+  const T* vrow[2][C];
+  float red[4][kWarps];
+  float red2[4][kWarps];
+};
+
+/// The K/V row addresses of chunk `chunk` of the task's row into rows buffer `buf`, keys
+/// tid - first of the chunk for threads [first, first + C).
+template <int kDimLanes, class T>
+__device__ inline void stream_rows(const PagedPool& pool, const AttentionBatch& b, StreamShared<kDimLanes, T>& sh,
+                                   const RowInfo& r, int32_t kvh, int32_t hd, int32_t chunk, int buf, int first) {
+  const int k = static_cast<int>(threadIdx.x) - first;
+  if (k < 0 || k >= C) return;
+  const int32_t j = chunk * C + k;
+  if (j >= r.keys) return;
+  const int64_t head_off = int64_t{kvh} * hd;
+  if (j < r.w.prefix_len) pool_rows(pool, r.w, j, head_off, sh.krow[buf][k], sh.vrow[buf][k]);
+  else window_rows(b, r.w, j, head_off, sh.krow[buf][k], sh.vrow[buf][k]);
+}
+
+/// The streaming chunk kernel (variant bit 1024 with the lean two-blocks build's shapes):
+/// grid (kv head, y < Y, row), block y of (row, kv head) takes the row's chunks y, y + Y,
+/// ... (Y from the host: the grid one wave of two blocks an SM where the chunks allow).
+/// Each chunk is the lean build's arithmetic in its order (lean_score_pass on the same
+/// key floats, the same softmax, each value chain fmaf over the chunk's keys in ascending
+/// order) and writes the same record, so the bits are the lean build's. What differs is
+/// where the keys and values come from: a chunk's four 64-key tiles (keys 0..63, keys
+/// 64..127, values 0..63, values 64..127), chunk after chunk, stream through a ring of
+/// kRingSlots shared-memory slots by cp.async, the next tile in flight while one is scored
+/// or summed, so the block's loads do not stop while it computes (the lean build loads its
+/// chunk's 128 KB at once and then computes with nothing in flight). The head merge (bit
+/// 1) merges the records; the block has no counters.
+template <int kDimLanes, class T>
+__global__ void __launch_bounds__(kFastThreads, 2)
+    attention_stream_kernel(AttentionShape s, PagedPool pool, AttentionBatch b, int32_t per_row) {
+  ChunkTask task;
+  task.row = blockIdx.z;
+  task.kvh = blockIdx.x;
+  task.r = row_info(b, task.row);
+  const int32_t y = blockIdx.y, chunks = attention_chunks(task.r.keys);
+  if (y >= chunks) return;
+  const int32_t mine = (chunks - y + per_row - 1) / per_row;  // chunks y, y + per_row, ...
+  task.hd = s.head_dim;
+  task.group = s.num_heads / s.num_kv_heads;
+  const int32_t hd = task.hd, group = task.group;
+  const int tid = threadIdx.x;
+  constexpr int kVec = kVecElems<T>;
+  const int vecs = hd / kVec;  // 16-byte pieces a key row
+  const int tile_elems = kTileKeys * hd;
+  T* const ring = reinterpret_cast<T*>(staged_values);
+  __shared__ StreamShared<kDimLanes, T> sh;
+  const auto chunk_of = [&](int32_t i) { return y + i * per_row; };
+  const auto count_of = [&](int32_t i) { return min(C, task.r.keys - chunk_of(i) * C); };
+  // Tile t: chunk t / 4 of this block, part t % 4 (keys low, keys high, values low, values
+  // high), into ring slot t % kRingSlots; one commit group a tile, empty past the last, so
+  // a wait for tile t leaves exactly the kRingSlots - 2 later tiles' groups in flight.
+  const auto issue = [&](int32_t t) {
+    const int32_t i = t / 4;
+    if (i < mine) {
+      const int part = t % 4, half = part & 1;
+      const int n = min(kTileKeys, count_of(i) - half * kTileKeys);
+      const T* const* rows = (part < 2 ? sh.krow[i & 1] : sh.vrow[i & 1]) + half * kTileKeys;
+      T* const to = ring + (t % kRingSlots) * tile_elems;
+      for (int e = tid; e < n * vecs; e += kFastThreads) copy_async16(to + e * kVec, rows[e / vecs] + (e % vecs) * kVec);
+    }
+    copy_async_commit();
+  };
+  // Settled pool keys (as the lean build's early chunks) are located and their first
+  // tiles copied before waiting for the kernel before; otherwise everything after it.
+  const bool early = b.prefix_settled && pool.ring_k == nullptr &&
+                     min((chunk_of(0) + 1) * C, task.r.keys) <= task.r.w.prefix_len;
+  detail::allow_dependent_launch();
+  if (!early) detail::wait_for_prerequisite_grid();
+  stream_rows(pool, b, sh, task.r, task.kvh, hd, chunk_of(0), 0, 0);
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t + 1 < kRingSlots; ++t) issue(t);
+  if (early) detail::wait_for_prerequisite_grid();
+  if (mine > 1) stream_rows(pool, b, sh, task.r, task.kvh, hd, chunk_of(1), 1, C);
+  {
+    const float* q = b.q + int64_t{task.row} * b.ld_q + int64_t{task.kvh} * group * hd;
+    for (int t = tid; t < group * hd; t += kFastThreads) sh.q[t] = q[t];
+  }
+  // Waits for tile t (this thread's copies, then everyone's through the barrier, which
+  // also shows that every thread is done with tile t - 1), then refills tile t - 1's slot
+  // with tile t + kRingSlots - 1.
+  const auto next_tile = [&](int32_t t) -> const T* {
+    copy_async_wait_prior<kRingSlots - 2>();
+    __syncthreads();
+    issue(t + kRingSlots - 1);
+    return ring + (t % kRingSlots) * tile_elems;
+  };
+  const int pairs = hd / 2, hparts = group < 2 ? group : 2;
+  const bool sums = tid < pairs * hparts;
+  const int d = 2 * (tid % pairs), g0 = tid / pairs, g1 = g0 + 2;
+  const bool two = g1 < group;
+  for (int32_t i = 0; i < mine; ++i) {
+    task.chunk = chunk_of(i);
+    const int32_t count = count_of(i);
+    // Scores: pass `half` of the lean build from its key tile.
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      const T* const tile = next_tile(4 * i + half);
+      const auto krow_of = [&](int jl) -> const T* { return tile + (jl - half * kTileKeys) * hd; };
+      float kreg[1][kLeanPassKeys][kDimLanes];
+      lean_load_keys<1, kDimLanes>(s, count, krow_of, half, kreg);
+      lean_score_pass<kDimLanes>(s, sh, count, half, kreg[0]);
+    }
+    __syncthreads();
+    chunk_numerators(sh, group, count);
+    // Value sums: lean_value_sums' chains over the two value tiles, keys in ascending order.
+    float a[2][2] = {};  // a[head part][dim]
+    const float* p0 = sh.p[g0 < group ? g0 : 0];
+    const float* p1 = sh.p[two ? g1 : (g0 < group ? g0 : 0)];
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      const T* const tile = next_tile(4 * i + 2 + half);  // its barrier also shows the numerators
+      if (half == 0) store_max_sum(s, b, task, sh);
+      // Chunk i + 2's row addresses, by threads the value sums leave idle, into chunk i's
+      // rows buffer (its last tile went out at the latest at this tile's barrier).
+      if (half == 1 && i + 2 < mine)
+        stream_rows(pool, b, sh, task.r, task.kvh, hd, chunk_of(i + 2), i & 1, kFastThreads - C);
+      if (!sums) continue;
+      const int32_t j0 = half * kTileKeys;
+      value_span(tile, j0, min(count, j0 + kTileKeys), hd, d, p0, p1, two, a);
+    }
+    if (sums) store_value_sums(s, b, task, g0, g1, two, d, a);
+  }
+  copy_async_wait_all();  // the empty groups past the last tile
+}
+
+/// Launches the streaming kernel (variant bit 1024): Y blocks a (row, kv head), Y the
+/// fewest that make the grid one wave of resident blocks, so each block takes about the
+/// same number of chunks. Sets `taken` false (nothing launched) where a block would get
+/// one chunk (the pool's capacity within a wave: short contexts).
+template <int kDimLanes, class T>
+cudaError_t launch_stream(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b,
+                          cudaStream_t stream, bool& taken) {
+  taken = false;
+  auto* kernel = attention_stream_kernel<kDimLanes, T>;
+  const size_t ring_bytes = size_t{kRingSlots} * kTileKeys * s.head_dim * sizeof(T);
+  if (const cudaError_t e = allow_dynamic_shared(kernel, ring_bytes); e != cudaSuccess) return e;
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
+    return e;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFastThreads, ring_bytes);
+      e != cudaSuccess)
+    return e;
+  const int64_t slots = int64_t{sms} * (per_sm > 0 ? per_sm : 1);
+  const int64_t pairs = int64_t{s.num_kv_heads} * b.total_tokens;
+  const int32_t most = static_cast<int32_t>(std::max<int64_t>(1, slots / pairs));  // blocks a pair in one wave
+  const int32_t max_chunks = std::max(1, b.max_chunks);
+  const int32_t blocks = std::min(most, max_chunks);
+  const int32_t per_block = (max_chunks + blocks - 1) / blocks;  // chunks a block
+  const int32_t per_row = (max_chunks + per_block - 1) / per_block;
+  // One chunk a block has nothing to stream behind it: its values would wait for its keys
+  // (4K alone: 28.4 us against the lean build's 17.5).
+  if (per_block < 2) return cudaSuccess;
+  taken = true;
+  const dim3 grid(s.num_kv_heads, per_row, b.total_tokens);
+  return detail::launch_dependent_shared(kernel, grid, dim3(kFastThreads), ring_bytes, stream, true, s, pool, b,
+                                         per_row);
+}
+
 template <int kDimLanes, class T>
 cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const AttentionBatch& b, dim3 grid,
                           uint16_t* outb, cudaStream_t stream) {
@@ -472,6 +688,15 @@ cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const 
     // Bit 16 with it: three blocks an SM (40 registers, the static arrays for 4 heads).
     if ((variant & kAttentionLeanChunk) != 0 && per_thread <= 1 && stage && s.num_heads / s.num_kv_heads <= 4) {
       kernel = attention_chunk_kernel<kDimLanes, 1, T, 2, true>;
+      // Bit 1024 with it: the streaming build, FP32 K/V only (with BF16 it was slower alone
+      // at 8K-128K); its keys are staged too, so their rows must take 16-byte copies, and
+      // the head merge merges its records.
+      if ((variant & kAttentionStreamChunks) != 0 && (variant & kAttentionThreeBlocks) == 0 && sizeof(T) == 4 &&
+          b.counters == nullptr && aligned16(pool.k) && aligned16(b.k) && aligned16(pool.ring_k)) {
+        bool taken = false;
+        const cudaError_t e = launch_stream<kDimLanes, T>(s, pool, b, stream, taken);
+        if (e != cudaSuccess || taken) return e;
+      }
       if ((variant & kAttentionThreeBlocks) != 0) {
         kernel = attention_chunk_kernel<kDimLanes, 1, T, 3, true>;
         // Three blocks of ~71 KB: the largest shared-memory carveout (228 KB an SM).
