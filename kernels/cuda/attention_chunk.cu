@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "kernels/cuda/attention_device.cuh"
 #include "kernels/cuda/attention_paths.h"
@@ -634,6 +637,32 @@ __global__ void __launch_bounds__(kFastThreads, 2)
   copy_async_wait_all();  // the empty groups past the last tile
 }
 
+/// How many blocks of `kernel` (kFastThreads threads, `shared_bytes` of dynamic shared
+/// memory) the current device holds at once: its SMs x the blocks an SM holds (at least 1),
+/// asked once per (device, kernel, bytes), so an eager forward does not ask at every layer.
+template <class Kernel>
+cudaError_t resident_blocks(Kernel* kernel, size_t shared_bytes, int64_t& blocks) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, size_t>, int64_t> known;
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const std::lock_guard lock(mutex);
+  const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), shared_bytes);
+  if (const auto it = known.find(key); it != known.end()) {
+    blocks = it->second;
+    return cudaSuccess;
+  }
+  int sms = 0, per_sm = 0;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
+    return e;
+  if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFastThreads, shared_bytes);
+      e != cudaSuccess)
+    return e;
+  blocks = int64_t{sms} * std::max(per_sm, 1);
+  known[key] = blocks;
+  return cudaSuccess;
+}
+
 /// Launches the streaming kernel (variant bit 1024): Y blocks a (row, kv head), Y the
 /// fewest that make the grid one wave of resident blocks, so each block takes about the
 /// same number of chunks. Sets `taken` false (nothing launched) where a block would get
@@ -645,14 +674,8 @@ cudaError_t launch_stream(const AttentionShape& s, const PagedPool& pool, const 
   auto* kernel = attention_stream_kernel<kDimLanes, T>;
   const size_t ring_bytes = size_t{kRingSlots} * kTileKeys * s.head_dim * sizeof(T);
   if (const cudaError_t e = allow_dynamic_shared(kernel, ring_bytes); e != cudaSuccess) return e;
-  int device = 0, sms = 0, per_sm = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
-    return e;
-  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFastThreads, ring_bytes);
-      e != cudaSuccess)
-    return e;
-  const int64_t slots = int64_t{sms} * (per_sm > 0 ? per_sm : 1);
+  int64_t slots = 0;
+  if (const cudaError_t e = resident_blocks(kernel, ring_bytes, slots); e != cudaSuccess) return e;
   const int64_t pairs = int64_t{s.num_kv_heads} * b.total_tokens;
   const int32_t most = static_cast<int32_t>(std::max<int64_t>(1, slots / pairs));  // blocks a pair in one wave
   const int32_t max_chunks = std::max(1, b.max_chunks);
