@@ -14,6 +14,7 @@
 #include "actors/retrieval_actor.h"
 #include "actors/verifier_actor.h"
 #include "core/error.h"
+#include "core/timer.h"
 #include "kvstore/async_write_back.h"
 #include "model/load_model.h"
 #include "model/open_model.h"
@@ -21,6 +22,7 @@
 #include "pipeline/lookup_drafter.h"
 #include "pipeline/model_drafter.h"
 #include "pipeline/plugin_kv_writer.h"
+#include "pipeline/warm_start.h"
 
 namespace specpipe::actors {
 
@@ -173,6 +175,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
     p.view_planner = std::make_shared<PluginViewPlanner>(plugin_for(c.slots.verify_view, "verify_view"));
   int32_t max_positions = p.target->config().max_position_embeddings;
   const DrafterConfig& d = c.drafter;
+  std::shared_ptr<ModelDrafter> model_drafter;
   switch (d.type) {
     case DrafterKind::model: {
       max_positions = std::min(max_positions, draft->config().max_position_embeddings);
@@ -196,6 +199,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
       // SPECPIPE_DRAFT_PREFILL_WHEN_IDLE=0 keeps it lazy (for A/B timings in one build).
       const char* idle_env = std::getenv("SPECPIPE_DRAFT_PREFILL_WHEN_IDLE");
       drafter->prefill_when_idle(draft_ahead && !(idle_env != nullptr && std::string_view(idle_env) == "0"));
+      model_drafter = drafter;
       p.drafter = std::move(drafter);
       break;
     }
@@ -219,6 +223,17 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
   s.eos_ids = p.target->config().eos_token_ids;
   s.speculative = d.type != DrafterKind::none;
   s.micro_batches = c.scheduler.micro_batches;
+  if (on_device && c.models.warm_graphs) {
+    // Every shape one sequence's rounds use, before the first request (warm_start.h):
+    // the verify windows of gammas 0..max_gamma (a recomputed token, the pending token,
+    // the drafts) and the draft model's chains; a plain server only its decode step.
+    const Stopwatch clock;
+    const int32_t max_window = s.speculative ? largest_window(d.max_gamma) : 1;
+    const int32_t target_forwards = warm_verify_windows(*p.target, *p.kv, max_window);
+    const int32_t draft_chains = model_drafter ? model_drafter->warm_graphs(d.max_gamma) : 0;
+    spdlog::info("warm start: {} target forwards (windows of 1..{} tokens) and {} draft chains (gammas 1..{}) in {:.1f} ms",
+                 target_forwards, max_window, draft_chains, model_drafter ? d.max_gamma : 0, clock.elapsed_ms());
+  }
   spdlog::info("pipeline: target {} ({} layers) on {}, drafter {}, gamma {}, KV {} blocks x {}, host tier {} blocks",
                target_dir.string(), p.target->config().num_layers, device.to_string(), to_string(d.type), d.gamma,
                blocks, c.kv.block_size, host_blocks);

@@ -7,14 +7,10 @@
 #include "core/timer.h"
 #include "pipeline/draft_sampling.h"
 #include "pipeline/prefill.h"
+#include "pipeline/warm_start.h"
 
 namespace specpipe {
 namespace {
-/// Longer draft-ahead chains are not launched: a device model runs chains of up to 16
-/// steps on the device (CudaTransformer::kMaxChainSteps), longer ones from the host,
-/// which would not overlap anything.
-constexpr int32_t kMaxAheadSteps = 16;
-
 /// Sets up the draft model's pool (a device model allocates it here) and returns the
 /// layout of the store that keeps its books.
 KvStoreConfig draft_pool(ForwardModel& m, int32_t blocks, int32_t block_size) {
@@ -217,10 +213,10 @@ void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Seq
 bool ModelDrafter::launch_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
                                 const std::vector<bool>& ready, std::vector<Proposal>& out) {
   const int32_t gamma = items.front().gamma;
-  const int32_t longer = 2 * gamma + 1;  // with draft-ahead: the drafts, then its chain
+  // 2 gamma + 1 with draft-ahead (the drafts, then its chain); 0 when too long.
+  const int32_t longer = draft_round_chains(gamma, draft_ahead_, true, model_->max_chain_steps()).launched;
   // Every draft made already: after_propose launches the draft-ahead chain as ever.
-  if (std::all_of(ready.begin(), ready.end(), [](bool r) { return r; }) || gamma > model_->max_chain_steps() ||
-      (draft_ahead_ && longer > std::min(kMaxAheadSteps, model_->max_chain_steps())) ||
+  if (std::all_of(ready.begin(), ready.end(), [](bool r) { return r; }) || longer == 0 ||
       std::any_of(items.begin(), items.end(), [&](const DraftItem& it) { return it.gamma != gamma; }))
     return false;
   std::vector<ForwardWindow> windows;
@@ -289,8 +285,8 @@ Event ModelDrafter::after_propose() {
   if (!draft_ahead_ || last_drafts_.empty()) return {};
   // Feed each sequence's last draft, then draft gamma + 1 more: the guess of the bonus
   // token and the next round's gamma drafts after it.
-  const int32_t steps = last_gamma_ + 1;
-  if (steps > kMaxAheadSteps) return {};
+  const int32_t steps = draft_round_chains(last_gamma_, true, false, model_->max_chain_steps()).ahead;
+  if (steps == 0) return {};
   const int32_t max_positions = model_->config().max_position_embeddings;
   launched_.clear();
   for (const auto& [request, last] : last_drafts_) {
@@ -371,6 +367,64 @@ bool ModelDrafter::adopt_ahead(RequestId request, Sequence& s, int32_t want, std
   const size_t keep = s.context.size() > from ? std::min(m, s.context.size() - from - 1) : 0;
   if (keep > 0) kv_.commit(s.seq, std::span<const int32_t>(a.fed).first(keep));
   return false;
+}
+
+int32_t ModelDrafter::warm_graphs(int32_t max_gamma) {
+  if (!sequences_.empty() || ahead_running_)
+    fail(ErrorCode::internal, "drafter: warm_graphs with {} sequences started", sequences_.size());
+  // A scratch sequence with a short context, prefilled as start() does (a device model's
+  // chains then run in the state a request's do), its chains' rows left uncommitted and
+  // the sequence released after: the pool blocks it borrowed are overwritten before read.
+  DiscardKvRows sink;
+  constexpr int32_t kContext = 4;
+  constexpr int32_t kLongestFeed = 2;  // a catch-up window: the pending token, or two after a round at gamma 0
+  const std::vector<int32_t> tokens(static_cast<size_t>(kContext + kLongestFeed), 0);
+  const std::span<const int32_t> context = std::span<const int32_t>(tokens).first(kContext);
+  const SeqId seq = kv_.add_sequence({});
+  int32_t forwards = 0;
+  auto twice = [&](auto&& run) {  // a shape's first forward runs eagerly, its second is captured
+    for (int rep = 0; rep < 2; ++rep) {
+      run();
+      ++forwards;
+    }
+  };
+  try {
+    kv_.reserve(seq, kContext);
+    const std::vector<PrefillItem> items{{seq, context}};
+    prefill_windows(*model_, kv_, sink, items, prefill_chunk_, logits_);
+    kv_.commit(seq, context);
+    for (int32_t gamma = 1; gamma <= max_gamma; ++gamma) {
+      const DraftRoundChains rc = draft_round_chains(gamma, draft_ahead_, drafts_on_device_, model_->max_chain_steps());
+      for (int32_t feed = 1; feed <= kLongestFeed; ++feed) {
+        const ForwardWindow w{seq, std::span<const int32_t>(tokens).first(static_cast<size_t>(feed)), LogitsMode::last,
+                              -1, true};
+        const int32_t steps = rc.launched > 0 ? rc.launched : rc.chain;
+        kv_.reserve(seq, kContext + feed + steps - 1);
+        if (rc.launched > 0) {
+          twice([&] {
+            DeviceIds early;
+            model_->launch_greedy_chain_early({&w, 1}, steps, gamma, kv_, sink, early, -1);
+            model_->collect_greedy_chain(chain_ids_);
+          });
+        } else {
+          twice([&] { model_->forward_greedy_chain({&w, 1}, steps, kv_, sink, chain_ids_); });
+        }
+      }
+      if (rc.ahead > 0) {  // one token fed: the last draft
+        const ForwardWindow w{seq, std::span<const int32_t>(tokens).first(1), LogitsMode::last, -1, true};
+        kv_.reserve(seq, kContext + rc.ahead);
+        twice([&] {
+          model_->launch_greedy_chain({&w, 1}, rc.ahead, kv_, sink);
+          model_->collect_greedy_chain(chain_ids_);
+        });
+      }
+    }
+  } catch (...) {
+    kv_.release(seq);
+    throw;
+  }
+  kv_.release(seq);
+  return forwards;
 }
 
 void ModelDrafter::finish(RequestId request) {

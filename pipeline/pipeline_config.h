@@ -40,6 +40,11 @@ struct ModelsConfig {
   /// kernel (mma) for models without the fused step, cuBLASLt for the fused draft's longer
   /// forwards. Ignored on the CPU.
   std::string gemm = "auto";
+  /// On a device: before the server answers, run the shapes one sequence's rounds use at
+  /// every gamma 0..slots.drafter.max_gamma (the target's verify windows, the draft
+  /// model's chains) so their CUDA graphs are captured at start, not in the first
+  /// requests (pipeline/warm_start.h). Ignored on the CPU.
+  bool warm_graphs = true;
 };
 
 struct KvConfig {

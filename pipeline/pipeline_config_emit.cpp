@@ -57,6 +57,7 @@ std::string pipeline_config_to_yaml(const PipelineConfig& c) {
   models.put("draft_fused_step", c.models.draft_fused_step);
   models.put("draft_fused_blocks", c.models.draft_fused_blocks);
   models.put("gemm", c.models.gemm);
+  models.put("warm_graphs", c.models.warm_graphs);
   models.end();
   top.word("device", c.device);
   top.put("threads", c.threads);

@@ -318,12 +318,13 @@ PipelineConfig read_document(const YAML::Node& root, std::string_view source,
                      "defaults", "logging", "plugins"});
   top.read("version", c.version, IntRange{std::numeric_limits<int32_t>::min(), kInt32Max});
   if (c.version != 1) top.fail("version", fmt::format("version {} is not supported (this build reads 1)", c.version));
-  const Section models = top.child("models", {"target", "draft", "draft_fused_step", "draft_fused_blocks", "gemm"});
+  const Section models = top.child("models", {"target", "draft", "draft_fused_step", "draft_fused_blocks", "gemm", "warm_graphs"});
   models.read("target", c.models.target);
   models.read("draft", c.models.draft);
   models.read("draft_fused_step", c.models.draft_fused_step);
   models.read("draft_fused_blocks", c.models.draft_fused_blocks, IntRange{0, 1024});
   models.read_choice("gemm", c.models.gemm, {"auto", "cublaslt", "rows", "mma"});
+  models.read("warm_graphs", c.models.warm_graphs);
   read_device(top, c.device);
   top.read("threads", c.threads, IntRange{0, 4096});
   read_kv(top, c.kv);

@@ -39,13 +39,15 @@ TEST(PipelineConfig, EmptyTextAndEmptyMapGiveTheDefaults) {
   EXPECT_EQ(defaults.models.draft, "demo-draft");
   EXPECT_EQ(defaults.device, "cpu");
   EXPECT_EQ(defaults.models.gemm, "auto");
+  EXPECT_TRUE(defaults.models.warm_graphs);
   EXPECT_EQ(defaults.drafter.type, DrafterKind::model);
 }
 
 TEST(PipelineConfig, ReadsEveryField) {
   const PipelineConfig c = parse_pipeline_config(R"(
 version: 1
-models: {target: demo-draft, draft: demo-target, draft_fused_step: false, draft_fused_blocks: 66, gemm: mma}
+models: {target: demo-draft, draft: demo-target, draft_fused_step: false, draft_fused_blocks: 66, gemm: mma,
+         warm_graphs: false}
 device: cuda:1
 threads: 3
 kv: {tokens: 4096, block_size: 32, prefix_cache: false}
@@ -72,6 +74,7 @@ logging: {level: debug}
   EXPECT_FALSE(c.models.draft_fused_step);
   EXPECT_EQ(c.models.draft_fused_blocks, 66);
   EXPECT_EQ(c.models.gemm, "mma");
+  EXPECT_FALSE(c.models.warm_graphs);
   EXPECT_EQ(c.device, "cuda:1");
   EXPECT_EQ(c.threads, 3);
   EXPECT_EQ(c.kv.tokens, 4096);
