@@ -2,11 +2,28 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include <fmt/format.h>
 
 namespace specpipe {
+
+namespace {
+/// Rounds of one sequence skipped per draft length before they count
+/// (CostModel::kOneSkipped); SPECPIPE_ONE_SKIPPED=N (0..64) overrides it for A/B
+/// timings in one build (docs/BENCHMARKS.md section 8: fewer once shapes are warm).
+size_t one_skipped() {
+  static const size_t n = [] {
+    const char* env = std::getenv("SPECPIPE_ONE_SKIPPED");
+    if (env == nullptr || *env == '\0') return CostModel::kOneSkipped;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    return *end == '\0' && v >= 0 && v <= 64 ? static_cast<size_t>(v) : CostModel::kOneSkipped;
+  }();
+  return n;
+}
+}  // namespace
 
 void FixedGammaPlanner::plan(std::span<const PlanSequence> sequences, const PlanCosts&, std::span<int32_t> gamma) {
   for (size_t i = 0; i < sequences.size(); ++i)
@@ -127,7 +144,7 @@ void CostModel::add_round(const RoundSample& r) {
   if (r.sequences == 1 && r.draft_steps <= kOneMaxGamma && r.wall_ms > 0) {
     OneLength& l = one_[static_cast<size_t>(std::max(0, r.draft_steps))];
     l.last = ++one_rounds_;
-    if (l.seen++ >= kOneSkipped) l.wall_ms[(l.seen - kOneSkipped - 1) % kOneKept] = r.wall_ms;
+    if (l.seen++ >= one_skipped()) l.wall_ms[(l.seen - one_skipped() - 1) % kOneKept] = r.wall_ms;
   }
   Bucket& b = buckets_[bucket_of(r.sequences)];
   b.verify.add(static_cast<double>(r.window_tokens), r.verify_ms);
@@ -367,7 +384,7 @@ PlanCosts CostModel::usual_costs(int32_t sequences, int32_t token_budget) const 
     // Per draft length, measured (index 0 is plain): kUsualRounds rounds past its first
     // sightings, the last of them recent.
     const auto given = [&](const OneLength& l) {
-      return l.seen >= kOneSkipped + kUsualRounds && one_rounds_ - l.last < kOneFresh;
+      return l.seen >= one_skipped() + kUsualRounds && one_rounds_ - l.last < kOneFresh;
     };
     size_t top = 0;
     for (size_t g = 0; g < one_.size(); ++g)
@@ -376,7 +393,7 @@ PlanCosts CostModel::usual_costs(int32_t sequences, int32_t token_budget) const 
     for (size_t g = 0; g < top; ++g)
       if (const OneLength& l = one_[g]; given(l))
         c.round_ms_by_gamma[g] =
-            typical_ms(std::span<const double>(l.wall_ms).first(std::min(l.seen - kOneSkipped, kOneKept)));
+            typical_ms(std::span<const double>(l.wall_ms).first(std::min(l.seen - one_skipped(), kOneKept)));
   }
   return c;
 }

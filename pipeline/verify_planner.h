@@ -186,7 +186,9 @@ class CostModel {
   /// PlanCosts::round_ms_by_gamma, after the first kOneSkipped of each length: at one
   /// sequence on a device a draft length brings several new shapes (its verify window,
   /// the chain's catch-up windows), each run eagerly and then captured, and on an H100 a
-  /// length read from its first 3 rounds cost 0.86 ms where it costs 0.3-0.4.
+  /// length read from its first 3 rounds cost 0.86 ms where it costs 0.3-0.4. With the
+  /// shapes captured at start (models.warm_graphs) 3 skipped ran no faster (0.98x, H100):
+  /// SPECPIPE_ONE_SKIPPED=N overrides it for such A/B timings.
   static constexpr size_t kOneKept = 8;
   static constexpr size_t kOneSkipped = 8;
   static constexpr int32_t kOneMaxGamma = 16;
