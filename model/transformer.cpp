@@ -10,6 +10,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/norm.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kvstore/copy_stream.h"
 #include "kvstore/layer_prefill_writer.h"
 #include "model/layer_prefill_check.h"
@@ -19,6 +20,7 @@ namespace specpipe {
 /// Activations of one forward, [tokens, width] row-major; grown, never shrunk.
 struct Transformer::Scratch {
   std::vector<float> x, h, q, k, v, attn, gate, up;
+  std::vector<int32_t> positions;  // each row's absolute position (RoPE)
   int64_t tokens = 0;
   void resize(const ModelConfig& c, int64_t t) {
     if (t <= tokens) return;
@@ -207,19 +209,42 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
   cpu::linear(s.h.data(), total, hidden, hidden, qkv);
   phases_.end(ForwardPhaseProfile::qkv);
 
-  // QK-norm (per head) and RoPE at each token's absolute position.
-  int64_t row = 0;
-  for (size_t wi = 0; wi < windows.size(); ++wi)
-    for (int32_t i = 0; i < static_cast<int32_t>(windows[wi].tokens.size()); ++i, ++row) {
-      float* qr = s.q.data() + row * qd;
-      float* kr = s.k.data() + row * kvd;
-      if (c.qk_norm) {
-        cpu::rms_norm(qr, c.head_dim, w.q_norm.data(), c.rms_norm_eps, c.num_heads, c.head_dim, qr, c.head_dim);
-        cpu::rms_norm(kr, c.head_dim, w.k_norm.data(), c.rms_norm_eps, c.num_kv_heads, c.head_dim, kr, c.head_dim);
-      }
-      cpu::apply_rope(rope_, starts[wi] + i, qr, c.num_heads);
-      cpu::apply_rope(rope_, starts[wi] + i, kr, c.num_kv_heads);
+  // QK-norm (per head) and RoPE at each token's absolute position. Every head of q and k
+  // is independent (rms_norm's rows are; apply_rope rotates head by head), so the rows x
+  // heads split over the pool with the same bits as one thread; under two grains (a
+  // 0.6B decode step's 24 heads) stay on the calling thread.
+  std::vector<int32_t>& positions = s.positions;
+  positions.clear();
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const auto n = static_cast<int32_t>(windows[wi].tokens.size());
+    if (n > 0 && starts[wi] + n > rope_.max_positions())  // checked here: the region must not throw
+      fail(ErrorCode::out_of_capacity, "rope: position {} outside the model's {} positions", starts[wi] + n - 1,
+           rope_.max_positions());
+    for (int32_t i = 0; i < n; ++i) positions.push_back(starts[wi] + i);
+  }
+  if (c.qk_norm && c.head_dim % 8 != 0)
+    fail(ErrorCode::unsupported, "QK-norm: head_dim = {} is not a multiple of 8", c.head_dim);
+  const int64_t heads = int64_t{c.num_heads} + c.num_kv_heads;
+  auto qk_heads = [&](int64_t begin, int64_t end) {
+    // The range's heads in runs of one row's q or k heads: one rms_norm and one
+    // apply_rope call a run, as many calls as one row at a time took.
+    for (int64_t u = begin, run; u < end; u += run) {
+      const int64_t r = u / heads, h = u % heads;
+      const bool is_q = h < c.num_heads;
+      run = std::min(end - u, (is_q ? c.num_heads : heads) - h);
+      float* x = is_q ? s.q.data() + r * qd + h * c.head_dim : s.k.data() + r * kvd + (h - c.num_heads) * c.head_dim;
+      if (c.qk_norm)
+        cpu::rms_norm(x, c.head_dim, (is_q ? w.q_norm : w.k_norm).data(), c.rms_norm_eps, run, c.head_dim, x,
+                      c.head_dim);
+      cpu::apply_rope(rope_, positions[static_cast<size_t>(r)], x, static_cast<int32_t>(run));
     }
+  };
+  constexpr int64_t kQkHeadGrain = 32;  // ~3 us of heads of 128 a chunk
+  const int64_t qk_count = total * heads;
+  if (qk_count >= 2 * kQkHeadGrain)
+    cpu::parallel_for(qk_count, std::max(kQkHeadGrain, cpu::default_grain(qk_count)), qk_heads);
+  else
+    qk_heads(0, qk_count);
   phases_.end(ForwardPhaseProfile::qk_norm_rope);
 
   std::vector<WindowKvRows> kv_rows;
@@ -228,7 +253,7 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
   const auto prefix_blocks = [&](size_t wi) {
     return (starts[wi] + kv.config().block_size - 1) / kv.config().block_size;
   };
-  row = 0;
+  int64_t row = 0;
   const KvTensors& t = kv.tensors();
   for (size_t wi = 0; wi < windows.size(); ++wi) {
     const ForwardWindow& fw = windows[wi];

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace specpipe::cpu {
 namespace {
@@ -74,6 +76,30 @@ TEST(SiluGate, MatchesFormula) {
   silu_gate(g.data(), u.data(), out.data(), 2, 40, 40);
   for (size_t i = 0; i < g.size(); ++i)
     ASSERT_NEAR(out[i], g[i] / (1 + std::exp(-double{g[i]})) * u[i], 1e-5 * (1 + std::abs(out[i])));
+}
+
+// A window's rows split over the pool by 8-float vectors (silu_gate's region): the same
+// bits as 8 floats at a time on the calling thread, with a row stride past n, on 1 and 2
+// threads, for counts around the region's threshold.
+TEST(SiluGate, SplitOverThePoolEqualsEightFloatsAtATime) {
+  for (const auto& [rows, n] : {std::pair<int64_t, int64_t>{5, 3072}, {1, 8192}, {7, 1024}, {3, 336}}) {
+    const int64_t ld = n + 24;
+    auto g = randn(static_cast<size_t>(rows * ld), 6, 3.0f), u = randn(static_cast<size_t>(rows * ld), 7);
+    std::vector<float> single(static_cast<size_t>(n));
+    for (int threads : {2, 1}) {
+      set_num_threads(threads);
+      std::vector<float> out(g.size(), -1.0f);
+      silu_gate(g.data(), u.data(), out.data(), rows, n, ld);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < n; i += 8)  // 8 floats a call: never a region
+          silu_gate(g.data() + r * ld + i, u.data() + r * ld + i, single.data() + i, 1, 8, 8);
+        ASSERT_EQ(0, std::memcmp(single.data(), out.data() + r * ld, single.size() * sizeof(float)))
+            << rows << " x " << n << ", row " << r << ", " << threads << " threads";
+        ASSERT_EQ(out[static_cast<size_t>(r * ld + n)], -1.0f) << "wrote past n";
+      }
+    }
+    set_num_threads(0);
+  }
 }
 
 TEST(Embedding, ConvertsRowsAndRejectsBadIds) {

@@ -66,6 +66,35 @@ TEST_P(Invariance, TokenLogitsIdenticalAloneInWindowAndInBatch) {
   }
 }
 
+// A window wide enough that QK-norm + RoPE and silu split over the pool (>= 64 heads of
+// q and k, >= 1,024 8-float vectors of the MLP's width: both on demo-target and
+// demo-draft, the heads only on llama-tiny-random): the same bits on 2 threads as on 1.
+TEST_P(Invariance, WideWindowSameBitsOnOneAndTwoThreads) {
+  Transformer& m = test::model(GetParam());
+  const auto& cases = test::golden_public()["cases"];
+  const auto prompt = test::ids(cases[1]["prompt_ids"]);
+  const auto cont = test::ids(cases[1]["target_greedy_96"]);
+  KvStore kv(m.kv_config(64));
+  DirectKvWriter writer(kv);
+  Logits logits;
+  std::vector<std::vector<float>> got;
+  for (int threads : {1, 2}) {
+    cpu::set_num_threads(threads);
+    const SeqId a = start(m, kv, prompt, 16, logits);
+    kv.reserve(a, kv.length(a) + 16);
+    const ForwardWindow w{a, std::span(cont).first(16), LogitsMode::all};
+    m.forward({&w, 1}, kv, writer, logits);
+    got.push_back(copy(logits.row(0, 0)));
+    for (int i = 1; i < 16; ++i) {
+      const auto row = logits.row(0, i);
+      got.back().insert(got.back().end(), row.begin(), row.end());
+    }
+  }
+  cpu::set_num_threads(2);
+  ASSERT_EQ(got[0].size(), got[1].size());
+  ASSERT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)));
+}
+
 // The phase profile (bench/cpu_floor_bench --phases) only reads the clock: the logits are
 // the same bits with it attached, its phases sum to the forwards' time, and the
 // layer-wise prefill and forwards after it is detached add nothing.
