@@ -12,11 +12,15 @@
 # CUDA off, pack bin/cpu_floor_bench[-name] and the non-system libraries it needs (ldd)
 # into <dir>/, tar -cJf <dir>.tar.xz <dir>, put it at the repository root, then here:
 #   CPU_BUNDLE=<dir> BINS="cpu_floor_bench_main cpu_floor_bench" bash tools/gpu/cpu_floor.sh
-# Environment: CORES (default 0,1), ROUNDS (2), REPEAT (5), MIN_MS (250), CONTEXT (256).
+# Environment: CORES (default 0,1), ROUNDS (2), REPEAT (5), MIN_MS (250), CONTEXT (256),
+# PHASES=1 (cpu_floor_bench --phases: ms per forward of each phase after the timed rounds;
+# the binaries must be of e6d8aad or later).
 set -euo pipefail
 bundle="${CPU_BUNDLE:?CPU_BUNDLE: the unpacked bundle directory}"
 cores="${CORES:-0,1}"
 rounds="${ROUNDS:-2}"
+phases=()
+[[ "${PHASES:-0}" == 1 ]] && phases=(--phases)
 [[ -d "$bundle" ]] || tar -xJf "$bundle.tar.xz"
 export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -n1); pinned to cores $cores; bundle $(cat "$bundle/COMMIT" 2>/dev/null || echo '?')"
@@ -26,6 +30,6 @@ for ((r = 1; r <= rounds; ++r)); do
   for bin in ${BINS:-cpu_floor_bench}; do
     echo "== round $r: $bin"
     taskset -c "$cores" "$bundle/bin/$bin" --model "$model" --threads 2 --windows 1,5 \
-      --context "${CONTEXT:-256}" --repeat "${REPEAT:-5}" --min-ms "${MIN_MS:-250}"
+      --context "${CONTEXT:-256}" --repeat "${REPEAT:-5}" --min-ms "${MIN_MS:-250}" ${phases[@]+"${phases[@]}"}
   done
 done
