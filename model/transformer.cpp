@@ -103,6 +103,7 @@ void Transformer::forward(std::span<const ForwardWindow> windows, const KvStore&
       if (ring && ring->active()) ring->abandon();
     }
   } guard{ring};
+  row_positions(windows, starts);
   for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, windows, starts, kv, sink, ring);
   if (ring) ring->finish();
   phases_.end(ForwardPhaseProfile::other);
@@ -124,6 +125,7 @@ void Transformer::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, 
   const std::array<int32_t, 1> starts{0};
   scratch_->resize(c, static_cast<int64_t>(prompt.size()));
   embed({&w, 1});
+  row_positions({&w, 1}, starts);
   for (int32_t layer = 0; layer < c.num_layers; ++layer) layer_forward(layer, {&w, 1}, starts, kv, sink, nullptr);
   head({&w, 1}, out);
 }
@@ -184,6 +186,21 @@ void Transformer::enable_layer_ring(int32_t slots, bool overlap) {
   ring_ = std::make_unique<LayerRing>(slots, overlap ? nullptr : std::make_unique<InlineCopyStream>());
 }
 
+void Transformer::row_positions(std::span<const ForwardWindow> windows, std::span<const int32_t> starts) {
+  // Checked before the layers: the QK-norm + RoPE region must not throw.
+  if (config_.qk_norm && config_.head_dim % 8 != 0)
+    fail(ErrorCode::unsupported, "QK-norm: head_dim = {} is not a multiple of 8", config_.head_dim);
+  std::vector<int32_t>& positions = scratch_->positions;
+  positions.clear();
+  for (size_t wi = 0; wi < windows.size(); ++wi) {
+    const auto n = static_cast<int32_t>(windows[wi].tokens.size());
+    if (n > 0 && starts[wi] + n > rope_.max_positions())
+      fail(ErrorCode::out_of_capacity, "rope: position {} outside the model's {} positions", starts[wi] + n - 1,
+           rope_.max_positions());
+    for (int32_t i = 0; i < n; ++i) positions.push_back(starts[wi] + i);
+  }
+}
+
 void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> windows,
                                 std::span<const int32_t> starts, const KvStore& kv,
                                 KvWriteSink& sink, LayerRing* ring) {
@@ -213,17 +230,7 @@ void Transformer::layer_forward(int32_t layer, std::span<const ForwardWindow> wi
   // is independent (rms_norm's rows are; apply_rope rotates head by head), so the rows x
   // heads split over the pool with the same bits as one thread; under two grains (a
   // 0.6B decode step's 24 heads) stay on the calling thread.
-  std::vector<int32_t>& positions = s.positions;
-  positions.clear();
-  for (size_t wi = 0; wi < windows.size(); ++wi) {
-    const auto n = static_cast<int32_t>(windows[wi].tokens.size());
-    if (n > 0 && starts[wi] + n > rope_.max_positions())  // checked here: the region must not throw
-      fail(ErrorCode::out_of_capacity, "rope: position {} outside the model's {} positions", starts[wi] + n - 1,
-           rope_.max_positions());
-    for (int32_t i = 0; i < n; ++i) positions.push_back(starts[wi] + i);
-  }
-  if (c.qk_norm && c.head_dim % 8 != 0)
-    fail(ErrorCode::unsupported, "QK-norm: head_dim = {} is not a multiple of 8", c.head_dim);
+  const std::vector<int32_t>& positions = s.positions;  // row_positions, once a forward
   const int64_t heads = int64_t{c.num_heads} + c.num_kv_heads;
   auto qk_heads = [&](int64_t begin, int64_t end) {
     // The range's heads in runs of one row's q or k heads: one rms_norm and one

@@ -62,6 +62,9 @@ class Transformer final : public ForwardModel {
   void embed(std::span<const ForwardWindow> windows);
   /// The final norm and LM head of the windows' logits rows into `out`.
   void head(std::span<const ForwardWindow> windows, Logits& out);
+  /// Each row's absolute position into the scratch (the RoPE of every layer), after
+  /// checking the positions and QK-norm's head size: once a forward, not once a layer.
+  void row_positions(std::span<const ForwardWindow> windows, std::span<const int32_t> starts);
   /// `ring`: the open layer ring when some window's sequence has host-tier K/V.
   void layer_forward(int32_t layer, std::span<const ForwardWindow> windows,
                      std::span<const int32_t> starts, const KvStore& kv, KvWriteSink& sink, LayerRing* ring);
