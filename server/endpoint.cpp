@@ -327,6 +327,7 @@ void Endpoint::stop() {
 
 void Endpoint::run() {
   Impl& m = *impl_;
+  const auto grace = std::chrono::milliseconds(m.config.server.shutdown_grace_ms);
   std::optional<Clock::time_point> deadline;
   bool cancelled_all = false;
   for (;;) {
@@ -347,16 +348,31 @@ void Endpoint::run() {
     m.flush_outbox();
     if (m.stop_requested && !deadline) {
       spdlog::info("server: shutting down, {} requests in flight", m.inflight.size());
-      deadline = Clock::now() + std::chrono::milliseconds(m.config.server.shutdown_grace_ms);
+      deadline = Clock::now() + grace;
     }
     if (deadline) {
-      if (m.inflight.empty()) break;
+      if (m.inflight.empty() && m.backlog.empty()) break;
       if (!cancelled_all && Clock::now() >= *deadline) {
         for (auto& [key, f] : m.inflight) m.engine.cancel(f.engine_id);
         cancelled_all = true;
       }
+      // A client that stopped reading holds its replies in the backlog (and, if one is a
+      // final, its request in `inflight`) for as long as its connection lives: it gets one
+      // more grace period, then the server leaves without it.
+      if (cancelled_all && Clock::now() >= *deadline + grace) {
+        size_t waiting = 0;
+        for (const auto& [peer, queue] : m.backlog) waiting += queue.size();
+        spdlog::warn("server: {} replies to {} clients not read within the grace period; leaving them", waiting,
+                     m.backlog.size());
+        break;
+      }
     }
   }
+  // The last finals were handed to ZeroMQ just now and may still sit in its queues: closing
+  // with linger 0 (as the socket runs, so a vanished peer never holds a close) discarded
+  // them, and a client waited for ever for its final (CI, stop 33). They get a grace period
+  // to reach their clients when the Endpoint closes the socket.
+  m.socket.set(zmq::sockopt::linger, m.config.server.shutdown_grace_ms);
 }
 
 }  // namespace specpipe::server

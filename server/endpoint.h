@@ -36,7 +36,9 @@ class Endpoint {
   const std::string& address() const { return address_; }
 
   /// Serves until stop(); then refuses new requests, lets in-flight ones finish for
-  /// shutdown_grace_ms, cancels the rest, delivers every final message and returns.
+  /// shutdown_grace_ms, cancels the rest, delivers every final message and returns. A
+  /// client that stops reading gets another shutdown_grace_ms for what is queued to it,
+  /// here and (when the Endpoint is destroyed) in ZeroMQ's queues.
   void run();
   /// Asks run() to shut down. Async-signal-safe.
   void stop();

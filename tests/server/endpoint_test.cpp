@@ -299,12 +299,77 @@ TEST_F(EndpointTest, ShutdownFinishesOrCancelsInFlightRequestsWithAFinalMessage)
   // first). A fixed sleep was not always enough under ThreadSanitizer: the server then
   // stopped with nothing in flight and answered neither.
   while (!long_running) next_reply();
-  std::jthread stopper([&] { server.stop(); });  // like SIGTERM: stop() then run() returns
+  // Like SIGTERM in `specpipe serve`: stop(), run() returns, the endpoint's sockets close.
+  // The finals were queued to ZeroMQ just before the close; with linger 0 there the close
+  // could discard them (the process test lost a final in CI, stop 33).
+  std::jthread stopper([&] { server.close(); });
   while (!finals.count("short") || !finals.count("long")) next_reply();
   stopper.join();
   EXPECT_EQ(finals["short"]["type"], "final") << finals["short"].dump();
   EXPECT_EQ(finals["long"]["type"], "final") << finals["long"].dump();
   EXPECT_EQ(finals["long"]["finish_reason"], "cancelled");
+}
+
+TEST_F(EndpointTest, RepliesStillQueuedWhenTheServerClosesReachTheirClient) {
+  // A client that has not read yet: its replies fill the kernel buffers and the rest wait
+  // in ZeroMQ's queue when the server closes its socket. Closing with linger 0 discarded
+  // them, the cancelled request's final with them (CI, stop 33, in the process test).
+  PipelineConfig config = server_config();
+  config.server.shutdown_grace_ms = test::under_sanitizer() ? 3000 : 1000;
+  test::LoopbackServer server(config);
+  zmq::socket_t reader(context, zmq::socket_type::dealer);
+  reader.set(zmq::sockopt::linger, 0);
+  // Its ZeroMQ takes one message off the connection ahead of the reader (else its own I/O
+  // thread reads the whole stream into the client's memory as it comes).
+  reader.set(zmq::sockopt::rcvhwm, 1);
+  reader.set(zmq::sockopt::rcvbuf, 4096);
+  reader.connect(server.address());
+  // ~330 KB of error replies (an unknown type is named in its error): more than the
+  // kernel buffers hold (64 KB send, 4 KB receive, each doubled by Linux), fewer messages
+  // than the server's high-water mark (1,000), so the rest sit in the server's ZeroMQ
+  // queue. Without the fix 72-80 arrived and no final (checked).
+  constexpr int kErrors = 300;
+  const std::string type(1000, 'x');
+  for (int i = 0; i < kErrors; ++i)
+    reader.send(zmq::buffer(json{{"v", 1}, {"id", fmt::format("r{}", i)}, {"type", type}}.dump()), zmq::send_flags::none);
+  reader.send(zmq::buffer(test::generate_request("long", {{"prompt", "y = "}, {"max_tokens", 5000}, {"ignore_eos", true}})
+                              .dump()),
+              zmq::send_flags::none);
+  // The server reads a connection's requests in order: once "long" is in flight, the
+  // errors are all queued to the reader.
+  test::Client watcher(context, server.address());
+  for (int tries = 0;; ++tries) {
+    watcher.send({{"v", 1}, {"id", "s"}, {"type", "stats"}});
+    if (watcher.wait_for("s").last["inflight"] == 1) break;
+    ASSERT_LT(tries, 10000) << "the long request never started";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // Stop (grace, cancel, the final queued behind the errors), then close as the process
+  // does on its way out. The reader starts reading 100 ms into the close: with linger 0
+  // the queue was gone by then; now the close waits up to the grace period for it.
+  std::atomic<bool> stopped{false};
+  std::jthread closer([&] {
+    server.stop();
+    stopped = true;
+    server.close();
+  });
+  while (!stopped) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int errors = 0;
+  json final;
+  while (final.is_null()) {
+    zmq::pollitem_t item{reader.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(10000)), 1)
+        << "replies lost at the close: " << errors << " of " << kErrors << " errors, no final";
+    zmq::message_t msg;
+    ASSERT_TRUE(reader.recv(msg));
+    const json reply = json::parse(msg.to_string());
+    if (reply["id"] == "long") final = reply;
+    else ASSERT_EQ(reply["id"], fmt::format("r{}", errors++)) << "replies out of order or lost";
+  }
+  EXPECT_EQ(errors, kErrors);
+  EXPECT_EQ(final["type"], "final") << final.dump();
+  EXPECT_EQ(final["finish_reason"], "cancelled");
 }
 
 TEST_F(EndpointTest, ReqSocketClientsWorkToo) {

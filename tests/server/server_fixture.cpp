@@ -19,6 +19,11 @@ void LoopbackServer::stop() {
   loop_.join();
 }
 
+void LoopbackServer::close() {
+  stop();
+  endpoint_.reset();
+}
+
 Client::Client(zmq::context_t& context, const std::string& address, zmq::socket_type type,
                const server::ClientCurve& curve)
     : socket_(context, type) {

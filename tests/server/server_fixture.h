@@ -24,6 +24,9 @@ class LoopbackServer {
   server::Endpoint& endpoint() { return *endpoint_; }
   /// Stops the loop and waits for run() to return.
   void stop();
+  /// stop(), then closes the endpoint's sockets as a `specpipe serve` process does on its
+  /// way out: what the loop sent last must still reach its clients.
+  void close();
 
  private:
   std::unique_ptr<actors::Engine> engine_;
