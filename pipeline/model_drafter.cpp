@@ -388,6 +388,16 @@ int32_t ModelDrafter::warm_graphs(int32_t max_gamma) {
       ++forwards;
     }
   };
+  // A launched chain is waited for on its event before it is collected: one host sync
+  // each, always. collect alone syncs only when its event query finds the chain still
+  // running, which at start is a race (an eager chain's last kernels against the host),
+  // so the start-up's count of synchronising calls moved from server to server (stop
+  // 33: 4 more in one of two processes), and serve_load.sh's syncs per round, a
+  // difference of two servers' counts, with it.
+  auto collect = [&](const Event& done) {
+    done.synchronize();
+    model_->collect_greedy_chain(chain_ids_);
+  };
   try {
     kv_.reserve(seq, kContext);
     const std::vector<PrefillItem> items{{seq, context}};
@@ -403,8 +413,7 @@ int32_t ModelDrafter::warm_graphs(int32_t max_gamma) {
         if (rc.launched > 0) {
           twice([&] {
             DeviceIds early;
-            model_->launch_greedy_chain_early({&w, 1}, steps, gamma, kv_, sink, early, -1);
-            model_->collect_greedy_chain(chain_ids_);
+            collect(model_->launch_greedy_chain_early({&w, 1}, steps, gamma, kv_, sink, early, -1));
           });
         } else {
           twice([&] { model_->forward_greedy_chain({&w, 1}, steps, kv_, sink, chain_ids_); });
@@ -414,8 +423,7 @@ int32_t ModelDrafter::warm_graphs(int32_t max_gamma) {
         const ForwardWindow w{seq, std::span<const int32_t>(tokens).first(1), LogitsMode::last, -1, true};
         kv_.reserve(seq, kContext + rc.ahead);
         twice([&] {
-          model_->launch_greedy_chain({&w, 1}, rc.ahead, kv_, sink);
-          model_->collect_greedy_chain(chain_ids_);
+          collect(model_->launch_greedy_chain({&w, 1}, rc.ahead, kv_, sink));
         });
       }
     }

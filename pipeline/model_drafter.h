@@ -81,7 +81,9 @@ class ModelDrafter final : public Drafter {
   /// Start-up warm-up (models.warm_graphs, pipeline/warm_start.h), before any sequence:
   /// runs, twice each, the greedy chains one sequence's rounds use at gammas
   /// 1..max_gamma (draft_round_chains, with catch-up windows of 1 and 2 tokens) on a
-  /// scratch sequence, released after. Returns the chains run.
+  /// scratch sequence, released after; each launched chain's event is waited for before
+  /// it is collected, so its host syncs are the same in every process. Returns the
+  /// chains run.
   int32_t warm_graphs(int32_t max_gamma);
   /// Rounds whose drafts (some of them) left on the device (Proposal::on_device).
   int64_t device_draft_rounds() const { return device_draft_rounds_; }

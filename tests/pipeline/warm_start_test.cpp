@@ -45,15 +45,24 @@ class RecordingModel final : public ForwardModel {
     record(launch_call, windows, steps, 0);
     Event e;
     chained([&] { e = ForwardModel::launch_greedy_chain(windows, steps, kv, sink); });
-    return e;
+    return launched(e);
   }
   Event launch_greedy_chain_early(std::span<const ForwardWindow> windows, int32_t steps, int32_t early,
                                   const KvStore& kv, KvWriteSink& sink, DeviceIds& early_ids, int32_t slot) override {
     record(launch_early_call, windows, steps, early);
     Event e;
     chained([&] { e = ForwardModel::launch_greedy_chain_early(windows, steps, early, kv, sink, early_ids, slot); });
-    return e;
+    return launched(e);
   }
+  void collect_greedy_chain(std::vector<int32_t>& ids) override {
+    if (waited_ && running_) waited_->push_back(running_->waited);
+    running_.reset();
+    ForwardModel::collect_greedy_chain(ids);
+  }
+  /// Device-like chain events: a launched chain's event is complete only once the host
+  /// waited for it (synchronize), as a chain still running on a device; each collect
+  /// appends to `waited` whether its chain's event had been waited for.
+  void device_like_events(std::vector<bool>* waited) { waited_ = waited; }
 
  private:
   // Only the outermost call: ForwardModel's defaults call one another and forward().
@@ -68,9 +77,22 @@ class RecordingModel final : public ForwardModel {
     f();
     in_chain_ = false;
   }
+  struct RunningChain final : EventImpl {
+    mutable bool waited = false;
+    void wait_on(const Stream&) const override {}
+    void synchronize() const override { waited = true; }
+    bool query() const override { return waited; }
+  };
+  Event launched(const Event& done) {
+    if (!waited_) return done;
+    running_ = std::make_shared<RunningChain>();
+    return Event(running_);
+  }
   Transformer& inner_;
   std::vector<Call>* calls_;
   bool in_chain_ = false;
+  std::vector<bool>* waited_ = nullptr;
+  std::shared_ptr<RunningChain> running_;
 };
 
 using Call = RecordingModel::Call;
@@ -165,6 +187,21 @@ TEST(WarmStart, DraftChainsOfEveryGammaAsTheRoundsRunThem) {
   drafter->finish(1);
   cold->finish(1);
   EXPECT_EQ(drafter->kv().occupancy(), before);
+}
+
+TEST(WarmStart, EveryChainIsWaitedForBeforeItIsCollected) {
+  // On a device, collect syncs the host only when its event query finds the chain still
+  // running: at start that is a race, and the start-up's synchronising calls moved from
+  // process to process (serve_load.sh's syncs per round subtract two servers' counts).
+  // The warm-up waits for each chain's event first: one host sync per chain, always.
+  std::vector<Call> calls;
+  std::vector<bool> waited;
+  auto model = std::make_unique<RecordingModel>(test::model("demo-draft"), &calls);
+  model->device_like_events(&waited);
+  ModelDrafter drafter(std::move(model), 256, 16, /*prefill_chunk=*/64, /*draft_ahead=*/true);
+  drafter.keep_drafts_on_device(true);
+  EXPECT_EQ(drafter.warm_graphs(3), 18);
+  EXPECT_EQ(waited, std::vector<bool>(18, true));  // every chain launched, then collected
 }
 
 }  // namespace
