@@ -32,7 +32,8 @@
 # servers with the draft model that never draft, for what that costs),
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
 # BASE_FIRST (1: the BASE_MODES servers before the others), SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
-# syncs too), SCV_LOG_LEVEL (the SCV server's log level, e.g. debug: its plan decisions),
+# syncs too), SYNC_SITES (0; N: each counted call's N frames too, syncs_*.txt.sites, named by
+# tools/gpu/serve_sync_sites.py with the unstripped build's specpipe), SCV_LOG_LEVEL (the SCV server's log level, e.g. debug: its plan decisions),
 # PACK (below), OUT ($OUT or gpu-out/).
 # Exit status: non-zero if a server failed, a request failed or an output differed.
 set -uo pipefail
@@ -186,8 +187,8 @@ if [[ "${SYNCS:-$([[ $device == cpu ]] && echo 0 || echo 1)}" == 1 ]]; then
         for mode in plain draft_g4; do
           name="syncs_${binary%%=*}${mode}_t$tokens"
           specpipe="$out/sync_specpipe.sh"
-          printf '#!/usr/bin/env bash\nSERVE_SYNC_COUNT_FILE="%s" LD_PRELOAD="%s" exec "%s" "$@"\n' \
-            "$out/$name.txt" "$shim" "${binary#*=}" >"$specpipe"
+          printf '#!/usr/bin/env bash\nSERVE_SYNC_COUNT_FILE="%s" SERVE_SYNC_COUNT_SITES="%s" LD_PRELOAD="%s" exec "%s" "$@"\n' \
+            "$out/$name.txt" "${SYNC_SITES:-0}" "$shim" "${binary#*=}" >"$specpipe"
           chmod +x "$specpipe"
           warmup_override=0
           if [[ $mode == plain ]]; then run_mode "$name" "$here/serve_load.yaml" --no-spec

@@ -8,9 +8,17 @@
 // wrapper that, for the synchronising entry points below, returns counting wrappers
 // around the real ones. Nothing else changes. "hooked" counts the entry points wrapped:
 // 0 means the runtime took another path and the counts say nothing.
+// Call sites (SERVE_SYNC_COUNT_SITES=N, N frames, at most 24; off by default): every
+// counted call also takes a backtrace of the N frames above this library, and the calls
+// of each distinct (entry point, frames) are counted; at exit they go to
+// $SERVE_SYNC_COUNT_FILE.sites (else stderr), most frequent first, one site a line:
+// "count name frame...", a frame as object+0xoffset (the offset in that object's file
+// image: for the stripped bundle's specpipe, `addr2line -f -C -e <the unstripped build's
+// specpipe> 0xoffset` names it; tools/gpu/serve_sync_sites.py does that for a whole file).
 // Build: gcc -O2 -shared -fPIC -o libserve_sync_count.so tools/gpu/serve_sync_count.c -ldl
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,10 +47,46 @@ static dlsym_fn real_dlsym(void) {
   return fn;
 }
 
+// Call sites (SERVE_SYNC_COUNT_SITES): a small table under a spin lock, filled in order.
+enum { MAX_FRAMES = 24, MAX_SITES = 1024 };
+struct site {
+  int kind, depth;
+  void* frames[MAX_FRAMES];
+  long long count;
+};
+static struct site sites[MAX_SITES];
+static int n_sites;
+static long long sites_dropped;  // calls of sites past the table's room
+static atomic_flag sites_lock = ATOMIC_FLAG_INIT;
+static int site_frames;  // 0: off
+static void* own_base;   // this library's load address: its frames are skipped
+
+static void note_site(int kind) {
+  void* raw[MAX_FRAMES + 8];
+  const int n = backtrace(raw, site_frames + 8);
+  struct site key = {kind, 0, {0}, 1};
+  for (int i = 0; i < n && key.depth < site_frames; ++i) {
+    Dl_info info;
+    if (key.depth == 0 && dladdr(raw[i], &info) && info.dli_fbase == own_base) continue;
+    key.frames[key.depth++] = raw[i];
+  }
+  while (atomic_flag_test_and_set_explicit(&sites_lock, memory_order_acquire)) {
+  }
+  int i = 0;
+  while (i < n_sites && !(sites[i].kind == kind && sites[i].depth == key.depth &&
+                          memcmp(sites[i].frames, key.frames, sizeof(void*) * (size_t)key.depth) == 0))
+    ++i;
+  if (i < n_sites) ++sites[i].count;
+  else if (n_sites < MAX_SITES) sites[n_sites++] = key;
+  else ++sites_dropped;
+  atomic_flag_clear_explicit(&sites_lock, memory_order_release);
+}
+
 // The wrappers: same arguments as the driver's (pointer-sized or 64-bit integers).
 #define COUNTED(fn, kind, params, args)                                  \
   static CUresult fn params {                                            \
     atomic_fetch_add(&counts[kind], 1);                                  \
+    if (site_frames > 0) note_site(kind);                                \
     return ((CUresult(*) params)real[kind]) args;                        \
   }
 COUNTED(stream_sync, STREAM_SYNC, (void* s), (s))
@@ -110,6 +154,47 @@ void* dlsym(void* handle, const char* name) {
   return p;
 }
 
+__attribute__((constructor)) static void start(void) {
+  const char* frames = getenv("SERVE_SYNC_COUNT_SITES");
+  const int n = frames ? atoi(frames) : 0;
+  if (n <= 0) return;
+  Dl_info info;
+  if (dladdr((void*)note_site, &info)) own_base = info.dli_fbase;
+  void* warm[1];
+  backtrace(warm, 1);  // the unwinder is loaded now, not inside the first counted call
+  site_frames = n < MAX_FRAMES ? n : MAX_FRAMES;
+}
+
+static int by_count(const void* a, const void* b) {
+  const long long x = ((const struct site*)a)->count, y = ((const struct site*)b)->count;
+  return (x < y) - (x > y);
+}
+
+static void report_sites(const char* path) {
+  char sites_path[4096];
+  FILE* f = NULL;
+  if (path && snprintf(sites_path, sizeof sites_path, "%s.sites", path) < (int)sizeof sites_path)
+    f = fopen(sites_path, "w");
+  if (!f) f = stderr;
+  qsort(sites, (size_t)n_sites, sizeof sites[0], by_count);
+  for (int i = 0; i < n_sites; ++i) {
+    fprintf(f, "%lld %s", sites[i].count, kNames[sites[i].kind]);
+    for (int d = 0; d < sites[i].depth; ++d) {
+      Dl_info info;
+      if (dladdr(sites[i].frames[d], &info) && info.dli_fname) {
+        const char* slash = strrchr(info.dli_fname, '/');
+        fprintf(f, " %s+0x%lx", slash ? slash + 1 : (info.dli_fname[0] ? info.dli_fname : "?"),
+                (unsigned long)((char*)sites[i].frames[d] - (char*)info.dli_fbase));
+      } else {
+        fprintf(f, " ?%p", sites[i].frames[d]);
+      }
+    }
+    fputc('\n', f);
+  }
+  if (sites_dropped) fprintf(f, "%lld (calls of further sites, not kept)\n", sites_dropped);
+  if (f != stderr) fclose(f);
+}
+
 __attribute__((destructor)) static void report(void) {
   const char* path = getenv("SERVE_SYNC_COUNT_FILE");
   FILE* f = path ? fopen(path, "w") : NULL;
@@ -117,4 +202,5 @@ __attribute__((destructor)) static void report(void) {
   fprintf(f, "hooked %d\n", atomic_load(&hooked));
   for (int k = 0; k < KINDS; ++k) fprintf(f, "%s %lld\n", kNames[k], atomic_load(&counts[k]));
   if (f != stderr) fclose(f);
+  if (site_frames > 0) report_sites(path);
 }
