@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 namespace specpipe::scv {
 namespace {
@@ -176,6 +177,34 @@ int32_t plan_one(const WindowRequest& window, const RoundCosts& costs, const Pla
 
 }  // namespace
 
+// The bound on each G's rate: at most every draft of level <= G taken (their values
+// summed) over the round's cost without their verify tokens; met with a margin of 1e-9
+// (relative), so a rounding difference from the search's sums never ends it where the
+// search would not.
+bool some_level_could_win(std::span<const WindowRequest> windows, const RoundCosts& costs,
+                          const PlannerOptions& options) {
+  const double min_gain = options.min_gain > 0 ? options.min_gain : 0.0;
+  const auto n = static_cast<double>(windows.size());
+  const double base = costs.verify_base_ms + costs.verify_token_ms * n;
+  const double plain = base > 0 ? n / base : std::numeric_limits<double>::infinity();
+  constexpr double kMargin = 1 + 1e-9;
+  int32_t max_cap = 0;
+  for (const WindowRequest& w : windows) max_cap = std::max(max_cap, w.cap);
+  std::vector<double> power(windows.size(), 1.0);  // a_w^g
+  double values = 0;                                // every draft of level <= g
+  for (int32_t g = 1; g <= max_cap; ++g) {
+    for (size_t w = 0; w < windows.size(); ++w)
+      if (g <= windows[w].cap) values += power[w] *= clamp_acceptance(windows[w].acceptance);
+    const double cost = base + costs.draft_step_ms * g + costs.draft_base_ms;
+    const double bound = cost > 0 ? (n + values) / cost : std::numeric_limits<double>::infinity();
+    if (bound * kMargin > plain * (1 + min_gain)) return true;  // the search might pick g
+    // ... or keep the previous round's G over 0 (hysteresis).
+    if (g == options.previous_max_gamma && bound * kMargin * (1 + options.switch_gain) >= plain) return true;
+  }
+  // (A previous G beyond every cap is never reached by the search: no hysteresis.)
+  return false;
+}
+
 double expected_tokens(double acceptance, int32_t gamma) {
   const double a = clamp_acceptance(acceptance);
   double sum = 1, term = 1;
@@ -228,7 +257,8 @@ RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& c
     } else if (n == 1 && !costs.round_ms_by_gamma.empty()) {
       plan.gamma[0] = plan_one(windows[0], costs, options, options.min_gain > 0 ? options.min_gain : 0.0);
     } else if (const double min_gain = options.min_gain > 0 ? options.min_gain : 0.0;
-               first_draft_pays(windows, costs, min_gain)) {
+               first_draft_pays(windows, costs, min_gain) &&
+               (!options.bound_first || some_level_could_win(windows, costs, options))) {
       const MeasuredPlanner planner(windows, costs, min_gain);
       int32_t best_g = 0;
       double best = planner.best_for(0, nullptr).ratio;

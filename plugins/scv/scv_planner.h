@@ -59,6 +59,11 @@ struct PlannerOptions {
   /// first rounds on a device are slow (eager, then a graph capture) and tilt the line
   /// back before the host gives the length's own rounds.
   bool hold_previous = false;
+  /// Before the search over G (which sorts every window's drafts: ~45 us a round at 128
+  /// sequences on the CI VM, on the scheduler's critical path), an O(n x cap) bound on
+  /// what any G could reach ends it at 0 for all where none could beat plain. The same plan
+  /// either way; false always searches (tests compare the two).
+  bool bound_first = true;
 };
 
 /// The chosen gammas and what the model predicts for them.
@@ -71,6 +76,13 @@ struct RoundPlan {
   double plain_tokens_per_ms = 0;    ///< the same batch with gamma 0 for all
   double tokens_per_ms() const { return cost_ms > 0 ? expected_tokens / cost_ms : 0; }
 };
+
+/// Whether plan_round's search could choose some G >= 1 over gamma 0 for all (a better
+/// rate by min_gain, or the previous round's G kept by switch_gain), by a bound on each
+/// G's rate in O(n x cap): false means the search ends at 0 for all
+/// (PlannerOptions::bound_first).
+bool some_level_could_win(std::span<const WindowRequest> windows, const RoundCosts& costs,
+                          const PlannerOptions& options);
 
 /// E(g) = sum_{l=0..g} a^l: the expected tokens of a window with g drafts (g + 1 when
 /// a = 1, 1 when a = 0).

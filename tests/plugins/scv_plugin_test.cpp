@@ -168,6 +168,39 @@ TEST(ScvPlanner, MatchesBruteForceOnSmallBatches) {
   }
 }
 
+TEST(ScvPlanner, TheBoundBeforeTheSearchNeverChangesThePlan) {
+  // plan_round's O(n x cap) bound ends the search at 0 for all where no G could win; the
+  // plan must be the search's, with batches up to 128, caps up to 8, costs on both sides of
+  // where drafting stops paying, min_gain, and a previous G with its switch_gain.
+  std::mt19937 rng(34);
+  std::uniform_real_distribution<double> unit(0, 1);
+  int ended_by_bound = 0, searched = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const size_t n = 1 + rng() % 128;
+    std::vector<WindowRequest> w(n);
+    for (auto& x : w) x = {unit(rng) < 0.05 ? 1.0 : unit(rng), static_cast<int32_t>(rng() % 9), 4};
+    // A verify forward and its tokens as on a device (0.2-2 ms + 0-20 us a token), a draft
+    // step of 0-3 ms for the batch: from cheap drafting to drafting that never pays.
+    const RoundCosts c = costs(unit(rng) * 3, 0.2 + unit(rng) * 1.8, unit(rng) * 0.02,
+                               rng() % 4 == 0 ? static_cast<int32_t>(n + rng() % (4 * n)) : 0, unit(rng) * 0.2);
+    specpipe::scv::PlannerOptions bounded{trial % 3 == 0 ? 0.0 : 0.01 * (trial % 5), static_cast<int32_t>(rng() % 10) - 1,
+                                          unit(rng) * 0.1};
+    specpipe::scv::PlannerOptions full = bounded;
+    full.bound_first = false;
+    const RoundPlan a = specpipe::scv::plan_round(w, c, bounded), b = specpipe::scv::plan_round(w, c, full);
+    ASSERT_EQ(a.gamma, b.gamma) << "trial " << trial << " n " << n;
+    if (!specpipe::scv::some_level_could_win(w, c, bounded)) {
+      ++ended_by_bound;
+      ASSERT_TRUE(std::all_of(b.gamma.begin(), b.gamma.end(), [](int32_t g) { return g == 0; })) << "trial " << trial;
+    } else {
+      ++searched;
+    }
+  }
+  // The bound ends many searches, not all (the inputs straddle where drafting stops paying).
+  EXPECT_GT(ended_by_bound, 300);
+  EXPECT_GT(searched, 300);
+}
+
 TEST(ScvPlanner, MinGainKeepsMarginalSpeculationOff) {
   // g = 1 beats plain by about 0.5%: taken at min_gain 0, refused at 1%.
   const RoundCosts c = costs(0.0, 1.0, 1.0);
