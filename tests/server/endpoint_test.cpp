@@ -316,6 +316,10 @@ TEST_F(EndpointTest, RepliesStillQueuedWhenTheServerClosesReachTheirClient) {
   // them, the cancelled request's final with them (CI, stop 33, in the process test).
   PipelineConfig config = server_config();
   config.server.shutdown_grace_ms = test::under_sanitizer() ? 3000 : 1000;
+  // A reader that does not read for the grace period answers no heartbeat (the PINGs wait
+  // behind the replies): with the default 5 s timeout the server dropped it as dead, with
+  // its replies, when the grace and the reading took longer than that (ASan, busy CI).
+  config.server.heartbeat_timeout_ms = 60000;
   test::LoopbackServer server(config);
   zmq::socket_t reader(context, zmq::socket_type::dealer);
   reader.set(zmq::sockopt::linger, 0);
@@ -324,12 +328,14 @@ TEST_F(EndpointTest, RepliesStillQueuedWhenTheServerClosesReachTheirClient) {
   reader.set(zmq::sockopt::rcvhwm, 1);
   reader.set(zmq::sockopt::rcvbuf, 4096);
   reader.connect(server.address());
-  // ~330 KB of error replies (an unknown type is named in its error): more than the
+  // ~320 KB of error replies (an unknown type is named in its error): more than the
   // kernel buffers hold (64 KB send, 4 KB receive, each doubled by Linux), fewer messages
   // than the server's high-water mark (1,000), so the rest sit in the server's ZeroMQ
-  // queue. Without the fix 72-80 arrived and no final (checked).
-  constexpr int kErrors = 300;
-  const std::string type(1000, 'x');
+  // queue. Few and large (16 KB): through a one-message pipe each message costs the
+  // reader's and its I/O thread's wake-ups (300 of 1 KB took seconds under ASan). Without
+  // the fix 7-8 of the 20 arrived (what the kernel buffers held) and no final (checked).
+  constexpr int kErrors = 20;
+  const std::string type(16000, 'x');
   for (int i = 0; i < kErrors; ++i)
     reader.send(zmq::buffer(json{{"v", 1}, {"id", fmt::format("r{}", i)}, {"type", type}}.dump()), zmq::send_flags::none);
   reader.send(zmq::buffer(test::generate_request("long", {{"prompt", "y = "}, {"max_tokens", 5000}, {"ignore_eos", true}})
