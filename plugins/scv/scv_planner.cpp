@@ -7,6 +7,9 @@
 namespace specpipe::scv {
 namespace {
 
+/// PlannerOptions::min_gain as the planner applies it (a negative one is 0).
+double effective_min_gain(const PlannerOptions& options) { return options.min_gain > 0 ? options.min_gain : 0.0; }
+
 double clamp_acceptance(double a) {
   if (!(a > 0)) return 0;  // also NaN
   return a < 1 ? a : 1;
@@ -183,7 +186,7 @@ int32_t plan_one(const WindowRequest& window, const RoundCosts& costs, const Pla
 // search would not.
 bool some_level_could_win(std::span<const WindowRequest> windows, const RoundCosts& costs,
                           const PlannerOptions& options) {
-  const double min_gain = options.min_gain > 0 ? options.min_gain : 0.0;
+  const double min_gain = effective_min_gain(options);
   const auto n = static_cast<double>(windows.size());
   const double base = costs.verify_base_ms + costs.verify_token_ms * n;
   const double plain = base > 0 ? n / base : std::numeric_limits<double>::infinity();
@@ -255,8 +258,8 @@ RoundPlan plan_round(std::span<const WindowRequest> windows, const RoundCosts& c
       for (size_t i = 0; i < n; ++i) plan.gamma[i] = std::clamp(windows[i].requested, 0, std::max(windows[i].cap, 0));
       trim_to_budget(plan.gamma, budget);
     } else if (n == 1 && !costs.round_ms_by_gamma.empty()) {
-      plan.gamma[0] = plan_one(windows[0], costs, options, options.min_gain > 0 ? options.min_gain : 0.0);
-    } else if (const double min_gain = options.min_gain > 0 ? options.min_gain : 0.0;
+      plan.gamma[0] = plan_one(windows[0], costs, options, effective_min_gain(options));
+    } else if (const double min_gain = effective_min_gain(options);
                first_draft_pays(windows, costs, min_gain) &&
                (!options.bound_first || some_level_could_win(windows, costs, options))) {
       const MeasuredPlanner planner(windows, costs, min_gain);

@@ -59,10 +59,10 @@ struct PlannerOptions {
   /// first rounds on a device are slow (eager, then a graph capture) and tilt the line
   /// back before the host gives the length's own rounds.
   bool hold_previous = false;
-  /// Before the search over G (which sorts every window's drafts: ~45 us a round at 128
-  /// sequences on the CI VM, on the scheduler's critical path), an O(n x cap) bound on
-  /// what any G could reach ends it at 0 for all where none could beat plain. The same plan
-  /// either way; false always searches (tests compare the two).
+  /// Before the search over G (which sorts every window's drafts: 30-49 us a round at 128
+  /// sequences on the CI VM, bench/scv_plan_bench, on the scheduler's critical path), an
+  /// O(n x cap) bound on what any G could reach ends it at 0 for all where none could beat
+  /// plain. The same plan either way; false always searches (tests compare the two).
   bool bound_first = true;
 };
 
