@@ -27,26 +27,28 @@
 #include "pipeline/verify_planner.h"
 #include "plugins/scv/scv_config.h"
 #include "plugins/scv/scv_instance.h"
+#include "scv_test_costs.h"
 
 namespace scv_serving {
 namespace {
 
-/// A round's wall time on the H100 by batch size (BENCHMARKS 8, 27dbc09, from tokens/s):
-/// without drafts, and what drafting 2, 4, 6 tokens a sequence adds (window tokens
-/// included); batch sizes between are interpolated over log2.
+/// A round's wall time on the H100 by batch size, from scv_test::kSection8's tokens/s
+/// (clients x tokens per round / tokens per second): without drafts, and what drafting 2,
+/// 4, 6 tokens a sequence adds (window tokens included); batch sizes between are
+/// interpolated over log2.
 struct Level {
   double clients, plain_ms, extra_ms[3];
 };
-constexpr std::array<Level, 4> kH100 = {{
-    {1, 0.264, {0.106, 0.250, 0.475}},
-    {8, 0.293, {0.634, 0.882, 1.142}},
-    {32, 0.609, {0.890, 1.759, 2.538}},
-    {128, 1.368, {3.386, 5.518, 7.451}},
-}};
-/// One client by gamma 0..6 (H100, stop 30's call: plain 0.218, gamma 2 0.386, gamma 3
-/// 0.475 ms a round; 4 and 6 scaled from gamma 2 as in 27dbc09's call; gamma 1 between,
-/// the first draft paying the drafter's launch): not a line.
-constexpr std::array<double, 7> kOneClientMs = {0.218, 0.31, 0.386, 0.475, 0.536, 0.65, 0.77};
+constexpr Level level_of(const scv_test::MeasuredLevel& l) {
+  Level out{static_cast<double>(l.clients), 1000.0 * l.clients / l.plain_tokens_per_s, {}};
+  for (int k = 0; k < 3; ++k)
+    out.extra_ms[k] = 1000.0 * l.clients * l.tokens_per_round[k] / l.draft_tokens_per_s[k] - out.plain_ms;
+  return out;
+}
+constexpr std::array<Level, 4> kH100 = {level_of(scv_test::kSection8[0]), level_of(scv_test::kSection8[1]),
+                                        level_of(scv_test::kSection8[2]), level_of(scv_test::kSection8[3])};
+/// One client by gamma 0..6 (scv_test::kOneClientRoundMs): not a line.
+constexpr const std::array<double, 7>& kOneClientMs = scv_test::kOneClientRoundMs;
 /// Each public prompt's acceptance at one client (the draft model's tokens per round at
 /// gamma 3, prompt by prompt, in the same call: 2.06-4.0); 0.82 on average.
 constexpr std::array<double, 16> kPromptAcceptance = {0.85, 0.85, 0.89, 0.66, 0.96, 0.85, 0.66, 0.79,
