@@ -40,11 +40,17 @@ void ModelDrafter::start(RequestId request, std::span<const int32_t> context) {
   check_fits(*model_, kv_, static_cast<int64_t>(context.size()) + 1);
   // Lazy: the prompt reaches the draft KV with the first proposal (catch_up), so a
   // sequence that a verify_plan strategy never speculates for costs no draft prefill;
-  // with prefill_when_idle, a sequence alone is prefilled now (beside the target's prefill).
+  // with prefill_when_idle, a sequence alone on a server that serves one at a time is
+  // prefilled now (beside the target's prefill). "Alone" is not enough: under load,
+  // requests of equal length finish in the same round and the next ones arrive one by
+  // one, so the first of them would be prefilled while the others wait for the draft
+  // actor, a prefill SCV does not need there (it plans plain rounds).
   const SeqId seq = kv_.add_sequence({});
   const Sequence& s = sequences_.emplace(request, Sequence{seq, {context.begin(), context.end()}}).first->second;
   const auto n = static_cast<int32_t>(context.size());
-  if (!prefill_when_idle_ || sequences_.size() != 1 || n == 0 || kv_.blocks_needed(seq, n) > kv_.free_blocks()) return;
+  if (!prefill_when_idle_ || sequences_.size() != 1 || last_round_sequences_ > 1 || n == 0 ||
+      kv_.blocks_needed(seq, n) > kv_.free_blocks())
+    return;
   const Stopwatch clock;
   kv_.reserve(seq, n);
   const std::vector<PrefillItem> items{{seq, s.context}};
@@ -74,6 +80,7 @@ ForwardWindow ModelDrafter::first_window(Sequence& s, size_t max_feed, int32_t e
 void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposal>& out) {
   settle_ahead();
   last_drafts_.clear();
+  last_round_sequences_ = items.size();
   out.assign(items.size(), Proposal{});
   std::vector<Sequence*> seqs;
   int32_t longest = 0;    // the largest gamma of the batch: the steps drafted

@@ -70,7 +70,8 @@ class ModelDrafter final : public Drafter {
     slots_ = slots;
   }
   void round_slot(int32_t slot) override { slot_ = slot; }
-  /// On: a sequence started while no other is running has its context prefilled into the
+  /// On: a sequence started while no other is running, after a round of at most one
+  /// sequence (the server serves one request at a time), has its context prefilled into the
   /// draft KV at once, beside the target's prefill of the same prompt (the scheduler sends
   /// DraftStart before the admission), instead of in its first proposal, where the catch-up
   /// held up the request's first token (a device drafter at one client: about 0.75 ms a
@@ -164,6 +165,7 @@ class ModelDrafter final : public Drafter {
   bool draft_ahead_;
   bool drafts_on_device_ = false;
   bool prefill_when_idle_ = false;  // prefill_when_idle
+  size_t last_round_sequences_ = 0;  // sequences of the last propose(): > 1, not idle
   int32_t slots_ = 1;               // rounds in flight (keep_drafts_on_device)
   int32_t slot_ = 0;                // the round's slot (round_slot)
   int64_t device_draft_rounds_ = 0;

@@ -193,6 +193,56 @@ TEST(DraftAhead, PrefillsAtStartOnlyWhenIdleAndProposesTheSame) {
   EXPECT_EQ(eager->kv().occupancy().free_blocks, eager->kv().occupancy().total_blocks);
 }
 
+// prefill_when_idle is for a server that serves one request at a time. Under load,
+// requests of equal length finish in the same round and their successors arrive one by
+// one: the first of them is alone in the drafter for a moment, but the last round ran a
+// batch, so it stays lazy (SCV's plain rounds at 8-32 clients paid that prefill on the
+// H100, each new batch waiting for it: docs/BENCHMARKS.md section 8). After a round of one
+// sequence, a sequence alone is prefilled again.
+TEST(DraftAhead, PrefillsAtStartOnlyAfterARoundOfOneSequence) {
+  auto drafter = make_drafter(true);
+  drafter->prefill_when_idle(true);
+  const auto& cases = test::golden_public()["cases"];
+  const auto prompt = [&](size_t i) { return test::ids(cases[i]["prompt_ids"]); };
+  // One plain round (gamma 0) for the requests `running`, each appending its prompt's
+  // last token; requests are numbered by their golden case.
+  Rng rng(9);
+  const auto run_round = [&](std::initializer_list<size_t> running) {
+    std::vector<std::vector<int32_t>> appended;
+    std::vector<DraftItem> items;
+    for (size_t r : running) appended.push_back({prompt(r).back()});
+    size_t k = 0;
+    for (size_t r : running) items.push_back({static_cast<RequestId>(r), appended[k++], 0, cpu::SamplingParams{}, &rng});
+    std::vector<Proposal> out;
+    drafter->propose(items, out);
+    drafter->after_propose();
+  };
+  // Starts request r with its prompt but the last token; returns what it prefilled (ms).
+  const auto start = [&](size_t r) {
+    const auto p = prompt(r);
+    drafter->start(static_cast<RequestId>(r), std::span<const int32_t>(p.data(), p.size() - 1));
+    return drafter->take_prefill_ms();
+  };
+  // A batch of two runs a round and both finish in it.
+  EXPECT_GT(start(0), 0.0);  // alone on an idle server: prefilled
+  EXPECT_EQ(start(1), 0.0);  // beside it: lazy
+  run_round({0, 1});
+  drafter->finish(0);
+  drafter->finish(1);
+  // The next request arrives first, alone in the drafter, after a round of two: lazy.
+  const int32_t free_before = drafter->kv().occupancy().free_blocks;
+  EXPECT_EQ(start(2), 0.0);
+  EXPECT_EQ(drafter->kv().occupancy().free_blocks, free_before);
+  // It runs alone and finishes; the next one alone after a round of one: prefilled.
+  run_round({2});
+  drafter->finish(2);
+  EXPECT_GT(start(3), 0.0);
+  EXPECT_LT(drafter->kv().occupancy().free_blocks, drafter->kv().occupancy().total_blocks);
+  drafter->finish(3);
+  ASSERT_NO_THROW(drafter->kv().check_invariants());
+  EXPECT_EQ(drafter->kv().occupancy().free_blocks, drafter->kv().occupancy().total_blocks);
+}
+
 TEST(DraftGammas, EachSequenceKeepsItsOwnGammaAndGammaZeroCostsNothing) {
   // A verify_plan strategy (SCV) gives each sequence its own gamma, 0 for some. The
   // drafter runs one chain of the longest gamma for all drafting sequences: each must
