@@ -33,7 +33,8 @@
 # SERVE_TIMEOUT (seconds a server may take to start, 120), LEVEL_TIMEOUT (300), SYNCS,
 # BASE_FIRST (1: the BASE_MODES servers before the others), SYNC_SHIM, SYNC_TOKENS ("64 128"), SYNC_REQUESTS (16), BASE_SYNCS (0; 1: count BASE_EXE's
 # syncs too), SYNC_SITES (0; N: each counted call's N frames too, syncs_*.txt.sites, named by
-# tools/gpu/serve_sync_sites.py with the unstripped build's specpipe), SCV_LOG_LEVEL (the SCV server's log level, e.g. debug: its plan decisions),
+# tools/gpu/serve_sync_sites.py with the unstripped build's specpipe; on an H100 the servers
+# failed at start with it, see serve_sync_count.c), SCV_LOG_LEVEL (the SCV server's log level, e.g. debug: its plan decisions),
 # PACK (below), OUT ($OUT or gpu-out/).
 # Exit status: non-zero if a server failed, a request failed or an output differed.
 set -uo pipefail

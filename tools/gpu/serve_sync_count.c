@@ -15,6 +15,9 @@
 // "count name frame...", a frame as object+0xoffset (the offset in that object's file
 // image: for the stripped bundle's specpipe, `addr2line -f -C -e <the unstripped build's
 // specpipe> 0xoffset` names it; tools/gpu/serve_sync_sites.py does that for a whole file).
+// Checked on the CPU only, with a fake driver library: on an H100 (2026-11-27) every
+// server preloaded with SERVE_SYNC_COUNT_SITES=8 failed at start ("CUDA forward: upload:
+// context is destroyed") while the same servers counted without it; cause not found.
 // Build: gcc -O2 -shared -fPIC -o libserve_sync_count.so tools/gpu/serve_sync_count.c -ldl
 #define _GNU_SOURCE
 #include <dlfcn.h>
