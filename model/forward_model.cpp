@@ -1,5 +1,8 @@
 #include "model/forward_model.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "kernels/cpu/sampling.h"
 
@@ -134,6 +137,55 @@ void ForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, 
     for (size_t w = 0; w < step.size(); ++w) {
       step[w].start += static_cast<int32_t>(step[w].tokens.size());
       fed[w] = ids[ids.size() - step.size() + w];
+      step[w].tokens = {&fed[w], 1};
+    }
+  }
+}
+
+void check_chain_sampling(const ForwardModel::ChainSampling& sampling, size_t windows, int32_t steps) {
+  if (sampling.temperature.size() != windows || sampling.uniforms.size() != windows * static_cast<size_t>(steps))
+    fail(ErrorCode::invalid_argument, "forward: a sampled chain of {} windows and {} steps with {} temperatures and {} uniforms",
+         windows, steps, sampling.temperature.size(), sampling.uniforms.size());
+  for (float t : sampling.temperature)
+    if (!(t >= 0.0f) || !std::isfinite(t))
+      fail(ErrorCode::invalid_argument, "forward: a sampled chain at temperature {}", t);
+}
+
+void ForwardModel::forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                         const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
+                                         std::vector<int32_t>& ids, std::vector<float>& q) {
+  if (steps < 1) fail(ErrorCode::invalid_argument, "forward: a sampled chain of {} steps", steps);
+  check_chain_sampling(sampling, windows.size(), steps);
+  const std::vector<int32_t> starts = window_starts(windows, kv, config(), steps - 1);
+  const size_t n = windows.size();
+  const auto vocab = static_cast<size_t>(config().vocab_size);
+  std::vector<ForwardWindow> step(windows.begin(), windows.end());
+  for (size_t w = 0; w < n; ++w) {
+    step[w].start = starts[w];  // explicit: nothing is committed between the steps
+    step[w].logits = LogitsMode::last;
+    step[w].ids_only = sampling.temperature[w] == 0.0f;
+  }
+  std::vector<int32_t> fed(n);
+  std::vector<float> row_q;
+  Logits logits;
+  ids.clear();
+  q.assign(static_cast<size_t>(steps) * n * vocab, 0.0f);
+  for (int32_t s = 0; s < steps; ++s) {
+    forward(step, kv, sink, logits);
+    for (size_t w = 0; w < n; ++w) {
+      const float t = sampling.temperature[w];
+      if (t == 0.0f) {
+        ids.push_back(logits.argmax(w));
+        continue;
+      }
+      // As draft_sample: the distribution, then one draw from it.
+      cpu::sampling_distribution(logits.row(w), cpu::SamplingParams{t, 0, 1.0f}, row_q);
+      ids.push_back(cpu::sample_from(row_q, sampling.uniforms[static_cast<size_t>(s) * n + w]));
+      std::copy(row_q.begin(), row_q.end(), q.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(s) * n + w) * vocab));
+    }
+    for (size_t w = 0; w < n; ++w) {
+      step[w].start += static_cast<int32_t>(step[w].tokens.size());
+      fed[w] = ids[ids.size() - n + w];
       step[w].tokens = {&fed[w], 1};
     }
   }

@@ -258,6 +258,25 @@ class ForwardModel {
   virtual void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                     KvWriteSink& sink, std::vector<int32_t>& ids);
 
+  /// A draft chain whose windows each draw their token greedily (temperature 0: the
+  /// argmax) or by pure temperature sampling (no top-k / top-p): a window at temperature
+  /// T > 0 draws step s's token from q = cpu::sampling_distribution(logits, {T}) with
+  /// cpu::sample_from(q, uniforms[s * windows + w]), and feeds it to the next step.
+  struct ChainSampling {
+    std::span<const float> temperature;  ///< [windows]: 0 greedy, else > 0 and finite
+    std::span<const double> uniforms;    ///< [steps x windows], step-major (greedy rows' unread)
+  };
+  /// forward_greedy_chain with ChainSampling: `ids` as there (steps x windows), `q` gets
+  /// [steps x windows x vocab] floats, window w's distribution of step s at
+  /// (s * windows + w) * vocab (greedy windows' rows unspecified). The same tokens and q as
+  /// `steps` forward() calls followed by draft_sample with those uniforms; this default
+  /// makes them, a device model samples on the device within the chain (the same q up to
+  /// the last bits of its sums and exp, so a draw differs only where a uniform lands
+  /// within rounding of a boundary of the cumulative distribution).
+  virtual void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                     const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
+                                     std::vector<int32_t>& ids, std::vector<float>& q);
+
   /// forward_greedy_chain in two halves, so the caller can work (or another model can
   /// run) while the chain runs: launch_greedy_chain takes the same arguments and returns
   /// once the chain is queued (the sink is told about the rows then; they are in the
@@ -314,5 +333,9 @@ class ForwardModel {
   std::map<int32_t, std::vector<int32_t>> early_slots_;  // the default launch's early ids, by slot
   bool launched_ = false;
 };
+
+/// Throws Error(invalid_argument) unless `sampling` has a temperature (0, or positive and
+/// finite) per window and a uniform per window and step (ForwardModel::forward_sampled_chain).
+void check_chain_sampling(const ForwardModel::ChainSampling& sampling, size_t windows, int32_t steps);
 
 }  // namespace specpipe

@@ -1,6 +1,7 @@
 #include "pipeline/model_drafter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "core/error.h"
@@ -18,6 +19,16 @@ KvStoreConfig draft_pool(ForwardModel& m, int32_t blocks, int32_t block_size) {
   KvStoreConfig c = m.kv_config(blocks, block_size);
   c.prefix_cache = false;
   return c;
+}
+
+/// Whether a drafting item's drafts can come from a chain: greedy, or sampled at a pure
+/// temperature (positive and finite, no top-k or top-p: cpu::sampling_distribution's
+/// plain softmax), which ForwardModel::forward_sampled_chain draws. Others (and invalid
+/// temperatures, which draft_sample reports) take the step-by-step path.
+bool chain_samples(const cpu::SamplingParams& p, int32_t vocab) {
+  if (p.temperature == 0.0f) return true;
+  const bool top_k = p.top_k > 0 && p.top_k < vocab;
+  return p.temperature > 0.0f && std::isfinite(p.temperature) && !top_k && !(p.top_p < 1.0f);
 }
 }  // namespace
 
@@ -85,10 +96,12 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   std::vector<Sequence*> seqs;
   int32_t longest = 0;    // the largest gamma of the batch: the steps drafted
   size_t drafting = 0;    // items with gamma > 0: the windows of each step
-  // Every drafting item greedy: one chain of the longest gamma for all of them, each
-  // keeping its own gamma's drafts (a verify_plan strategy gives sequences different
-  // gammas; a chain's extra rows cost little beside a forward and a sync per step).
+  // Every drafting item greedy or sampled at a pure temperature: one chain of the
+  // longest gamma for all of them, each keeping its own gamma's drafts (a verify_plan
+  // strategy gives sequences different gammas; a chain's extra rows cost little beside a
+  // forward and a sync per step). Sampled items draw in the chain (propose_chain).
   bool chain = true;
+  bool sampled = false;
   for (const DraftItem& item : items) {
     Sequence& s = at(item.request);
     if (item.rewind >= 0 && static_cast<size_t>(item.rewind) < s.context.size()) {
@@ -101,7 +114,8 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
     longest = std::max(longest, item.gamma);
     if (item.gamma > 0) {
       ++drafting;
-      chain = chain && item.sampling.temperature == 0.0f;
+      chain = chain && chain_samples(item.sampling, model_->config().vocab_size);
+      sampled = sampled || item.sampling.temperature != 0.0f;
     }
   }
   // A catch-up longer than this is prefilled first (all such together), so that one
@@ -109,20 +123,26 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   // nothing and feed nothing: their K/V catch up when they draft again.
   const auto per_item = model_->max_forward_tokens() / static_cast<int32_t>(std::max<size_t>(drafting, 1));
   const auto batch_feed = static_cast<size_t>(std::max(2, std::min(prefill_chunk_, per_item)));
-  // What a draft-ahead chain left: matching K/V, and on a chain round maybe the drafts.
+  // What a draft-ahead chain left: matching K/V, and on a chain round maybe the drafts
+  // (greedy ones: a sampled item draws its own).
   std::vector<bool> ready(items.size(), false);
-  for (size_t i = 0; i < items.size(); ++i)
+  for (size_t i = 0; i < items.size(); ++i) {
+    const bool greedy = items[i].sampling.temperature == 0.0f;
     out[i].made_ahead = ready[i] =
-        adopt_ahead(items[i].request, *seqs[i], chain ? items[i].gamma : 0, out[i].tokens);
+        adopt_ahead(items[i].request, *seqs[i], chain && greedy ? items[i].gamma : 0, out[i].tokens);
+  }
   std::vector<bool> feeds(items.size(), false);
   for (size_t i = 0; i < items.size(); ++i) feeds[i] = items[i].gamma > 0 && !ready[i];
   prefill_long_catch_ups(seqs, feeds, batch_feed);
   if (chain && longest > 0) {
-    if (drafts_on_device_ && launch_chain(items, seqs, batch_feed, ready, out)) return;
+    // Drafts left on the device and draft-ahead (which runs before the verdict) are
+    // greedy only: a sampled round's q rows come back with its chain.
+    if (!sampled && drafts_on_device_ && launch_chain(items, seqs, batch_feed, ready, out)) return;
     propose_chain(items, seqs, batch_feed, ready, longest, out);
     if (draft_ahead_) {
       for (size_t i = 0; i < items.size(); ++i)
-        if (items[i].gamma > 0) last_drafts_.emplace_back(items[i].request, out[i].tokens.back());
+        if (items[i].gamma > 0 && items[i].sampling.temperature == 0.0f)
+          last_drafts_.emplace_back(items[i].request, out[i].tokens.back());
       last_gamma_ = longest;
     }
     return;
@@ -203,8 +223,23 @@ void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Seq
   std::vector<size_t> owner;
   chain_windows(items, seqs, max_feed, gamma, ready, windows, owner);
   if (windows.empty()) return;
-  model_->forward_greedy_chain(windows, gamma, kv_, writer_, chain_ids_);
   const size_t n = windows.size();
+  std::vector<float> temperature(n, 0.0f);
+  for (size_t w = 0; w < n; ++w) temperature[w] = items[owner[w]].sampling.temperature;
+  const bool sampled = std::any_of(temperature.begin(), temperature.end(), [](float t) { return t != 0.0f; });
+  if (sampled) {
+    // Each sampled item's uniforms from its rng, in the step-by-step path's order (step by
+    // step, items in order; an item's rng may be shared): one per draft of its own gamma.
+    std::vector<double> uniforms(static_cast<size_t>(gamma) * n, 0.0);
+    for (int32_t step = 0; step < gamma; ++step)
+      for (size_t w = 0; w < n; ++w)
+        if (temperature[w] != 0.0f && items[owner[w]].gamma > step)
+          uniforms[static_cast<size_t>(step) * n + w] = items[owner[w]].rng->uniform();
+    model_->forward_sampled_chain(windows, gamma, {temperature, uniforms}, kv_, writer_, chain_ids_, chain_q_);
+  } else {
+    model_->forward_greedy_chain(windows, gamma, kv_, writer_, chain_ids_);
+  }
+  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
   for (size_t w = 0; w < n; ++w) {
     // The K/V of the catch-up and of every draft but the last of the item's own gamma
     // (never fed) are in the pool: commit them, as the step-by-step path does. Rows past
@@ -213,6 +248,11 @@ void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Seq
     std::vector<int32_t>& drafts = out[owner[w]].tokens;
     kv_.commit(windows[w].seq, windows[w].tokens);
     for (int32_t step = 0; step < own; ++step) drafts.push_back(chain_ids_[static_cast<size_t>(step) * n + w]);
+    if (temperature[w] != 0.0f)
+      for (int32_t step = 0; step < own; ++step) {
+        const auto row = chain_q_.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(step) * n + w) * vocab);
+        out[owner[w]].q.emplace_back(row, row + static_cast<std::ptrdiff_t>(vocab));
+      }
     kv_.commit(windows[w].seq, std::span<const int32_t>(drafts).first(static_cast<size_t>(own - 1)));
   }
 }

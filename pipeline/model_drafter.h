@@ -121,9 +121,13 @@ class ModelDrafter final : public Drafter {
   void chain_windows(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
                      int32_t gamma, const std::vector<bool>& ready, std::vector<ForwardWindow>& windows,
                      std::vector<size_t>& owner);
-  /// The chain path of propose (every drafting item greedy): one chain of `gamma` steps,
-  /// the longest of the round, for the items with gamma > 0 whose drafts the draft-ahead
-  /// did not already make (ready[i]); each keeps its own gamma's drafts.
+  /// The chain path of propose (every drafting item greedy or sampled at a pure
+  /// temperature: chain_samples): one chain of `gamma` steps, the longest of the round,
+  /// for the items with gamma > 0 whose drafts the draft-ahead did not already make
+  /// (ready[i]); each keeps its own gamma's drafts. With sampled items it is a sampled
+  /// chain (ForwardModel::forward_sampled_chain): each sampled item's uniforms are drawn
+  /// from its rng first, in the order the step-by-step path draws them, and its drafts
+  /// keep the q rows they were drawn from.
   void propose_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
                      const std::vector<bool>& ready, int32_t gamma, std::vector<Proposal>& out);
 
@@ -161,6 +165,7 @@ class ModelDrafter final : public Drafter {
   Logits logits_;
   std::vector<float> q_scratch_;
   std::vector<int32_t> chain_ids_;
+  std::vector<float> chain_q_;  // a sampled chain's q rows, [steps x windows x vocab]
 
   bool draft_ahead_;
   bool drafts_on_device_ = false;

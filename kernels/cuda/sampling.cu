@@ -103,6 +103,18 @@ __global__ void sample_kernel(const float* logits, int64_t ld, int32_t vocab, fl
   if (threadIdx.x == 0) out[blockIdx.x] = token;
 }
 
+__global__ void chain_sample_kernel(const float* logits, int64_t ld, int32_t vocab, const float* inv_t,
+                                    const double* u, float* q, int64_t ld_q, int32_t* ids) {
+  const float it = inv_t[blockIdx.x];
+  if (!(it > 0.0f)) return;  // a greedy row: its argmax stays
+  const float* row = logits + blockIdx.x * ld;
+  const RowSoftmax sm = row_softmax(row, vocab, it);
+  float* qrow = q + blockIdx.x * ld_q;
+  for (int32_t t = threadIdx.x; t < vocab; t += kThreads) qrow[t] = sm.p(row[t]);
+  const int32_t token = draw(vocab, u[blockIdx.x], [&](int32_t t) { return sm.p(row[t]); });
+  if (threadIdx.x == 0) ids[blockIdx.x] = token;
+}
+
 __global__ void rejection_kernel(const float* logits, int64_t ld, const float* q, int64_t ld_q,
                                  const int32_t* draft_ids, const double* u, const RejectionWindow* windows,
                                  int32_t vocab, float inv_t, int32_t* accepted, int32_t* next) {
@@ -152,6 +164,14 @@ cudaError_t sample_rows(const float* logits, int64_t ld, int32_t rows, int32_t v
   if (rows <= 0) return cudaSuccess;
   if (!(temperature > 0.0f) || vocab <= 0) return cudaErrorInvalidValue;
   sample_kernel<<<rows, kThreads, 0, stream>>>(logits, ld, vocab, 1.0f / temperature, u, out);
+  return detail::launch_status();
+}
+
+cudaError_t sample_chain_rows(const float* logits, int64_t ld, int32_t rows, int32_t vocab, const float* inv_t,
+                              const double* u, float* q, int64_t ld_q, int32_t* ids, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  if (vocab <= 0) return cudaErrorInvalidValue;
+  chain_sample_kernel<<<rows, kThreads, 0, stream>>>(logits, ld, vocab, inv_t, u, q, ld_q, ids);
   return detail::launch_status();
 }
 

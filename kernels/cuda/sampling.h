@@ -26,6 +26,15 @@ cudaError_t softmax_temperature(const float* logits, int64_t ld, int32_t rows, i
 cudaError_t sample_rows(const float* logits, int64_t ld, int32_t rows, int32_t vocab, float temperature,
                         const double* u, int32_t* out, cudaStream_t stream);
 
+/// A sampled draft chain's step (the model drafter's drafts on the device): for every
+/// row r with inv_t[r] > 0, q[r * ld_q + :vocab] = softmax(logits[r] * inv_t[r]) (as
+/// softmax_temperature, inv_t = 1 / temperature computed in float, as the CPU does) and
+/// ids[r] = the draw with u[r] (as sample_rows); rows with inv_t[r] == 0 are left alone
+/// (ids[r] keeps their argmax, q their old contents). inv_t and u are device memory, read
+/// when the kernel runs (a graph replay reads the values written before it).
+cudaError_t sample_chain_rows(const float* logits, int64_t ld, int32_t rows, int32_t vocab, const float* inv_t,
+                              const double* u, float* q, int64_t ld_q, int32_t* ids, cudaStream_t stream);
+
 /// One sequence's verify window for rejection_sample: `drafts` draft tokens, the target's
 /// logits rows [p_row, p_row + drafts] (one per draft plus the bonus row), the draft's
 /// distributions q rows [q_row, q_row + drafts) (q_row -1: greedy drafts, a point mass on

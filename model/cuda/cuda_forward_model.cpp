@@ -188,6 +188,17 @@ void CudaForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windo
   report_chain_rows(windows, steps, kv, sink);
 }
 
+void CudaForwardModel::forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                             const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
+                                             std::vector<int32_t>& ids, std::vector<float>& q) {
+  if (steps > CudaTransformer::kMaxChainSteps) {
+    ForwardModel::forward_sampled_chain(windows, steps, sampling, kv, sink, ids, q);
+    return;
+  }
+  model_->forward_sampled_chain(windows, steps, sampling, kv, ids, q);  // checks the windows and reservations
+  report_chain_rows(windows, steps, kv, sink);
+}
+
 Event CudaForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps,
                                             const KvStore& kv, KvWriteSink& sink) {
   launched_on_host_ = steps > CudaTransformer::kMaxChainSteps;

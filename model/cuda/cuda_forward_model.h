@@ -73,6 +73,11 @@ class CudaForwardModel final : public ForwardModel {
   /// limit, the host loop beyond.
   void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                             KvWriteSink& sink, std::vector<int32_t>& ids) override;
+  /// The sampled chain on the device (CudaTransformer::forward_sampled_chain) up to its
+  /// step limit; longer ones run at ForwardModel's pace.
+  void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps, const ChainSampling& sampling,
+                             const KvStore& kv, KvWriteSink& sink, std::vector<int32_t>& ids,
+                             std::vector<float>& q) override;
   /// CudaTransformer::launch_greedy_chain (up to its step limit; longer chains run at
   /// once through the host loop).
   Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,

@@ -425,6 +425,58 @@ void CudaTransformer::forward_greedy_chain(std::span<const ForwardWindow> window
   ids = chain_ids_;
 }
 
+void CudaTransformer::forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                            const ForwardModel::ChainSampling& sampling, const KvStore& kv,
+                                            std::vector<int32_t>& ids, std::vector<float>& q) {
+  check_chain_sampling(sampling, windows.size(), steps);
+  run_chain(windows, steps, kv, /*defer=*/false, 0, -1, &sampling);
+  ids = chain_ids_;
+  q.swap(chain_q_);
+}
+
+namespace {
+/// Where the uniforms start in TransformerState::sample_params (after the 1 / temperature
+/// of max_tokens windows).
+size_t sample_uniforms_offset(int32_t max_tokens) {
+  return cuda::align_up(static_cast<size_t>(max_tokens) * sizeof(float), 256);
+}
+}  // namespace
+
+void CudaTransformer::prepare_chain_sampling(const ForwardModel::ChainSampling& sample, int32_t windows,
+                                             int32_t steps) {
+  cuda::TransformerState& d = *impl_;
+  const size_t u_at = sample_uniforms_offset(options_.max_tokens);
+  if (d.sample_params.bytes() == 0) {
+    const size_t bytes = u_at + static_cast<size_t>(options_.max_tokens) * kMaxChainSteps * sizeof(double);
+    d.sample_params.allocate(bytes, &device_bytes_);
+    d.sample_host.allocate(bytes);
+  }
+  const size_t q_bytes =
+      static_cast<size_t>(steps) * static_cast<size_t>(windows) * static_cast<size_t>(config_.vocab_size) * sizeof(float);
+  if (q_bytes > d.chain_q.bytes()) {
+    // Graphs of sampled chains bake the buffer: grow it rarely (doubling), after the
+    // work that may still use it.
+    cuda_try(cudaStreamSynchronize(stream_), "sync");
+    d.graphs.clear();
+    const size_t bytes = std::max(q_bytes, 2 * d.chain_q.bytes());
+    d.chain_q.allocate(bytes, &device_bytes_);
+    d.chain_q_host.allocate(bytes);
+  }
+  // The pinned buffer is free: the last sampled chain ended with a sync.
+  auto* inv_t = d.sample_host.as<float>();
+  auto* u = reinterpret_cast<double*>(d.sample_host.as<unsigned char>() + u_at);
+  for (int32_t w = 0; w < windows; ++w) {
+    const float t = sample.temperature[static_cast<size_t>(w)];
+    inv_t[w] = t > 0.0f ? 1.0f / t : 0.0f;  // as cpu::sampling_distribution's inv_t
+  }
+  std::copy(sample.uniforms.begin(), sample.uniforms.end(), u);
+  unsigned char* dev = d.sample_params.as<unsigned char>();
+  cuda_try(cudaMemcpyAsync(dev, inv_t, static_cast<size_t>(windows) * sizeof(float), cudaMemcpyHostToDevice, stream_),
+           "chain temperatures upload");
+  cuda_try(cudaMemcpyAsync(dev + u_at, u, sample.uniforms.size() * sizeof(double), cudaMemcpyHostToDevice, stream_),
+           "chain uniforms upload");
+}
+
 Event CudaTransformer::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                            int32_t early, int32_t slot) {
   if (early < 0 || early > steps)
@@ -455,11 +507,11 @@ void CudaTransformer::place_tokens(std::span<const ForwardModel::PlacedToken> pl
 }
 
 void CudaTransformer::run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer,
-                                int32_t early, int32_t slot) {
+                                int32_t early, int32_t slot, const ForwardModel::ChainSampling* sample) {
   const bool copy = options_.copy_logits;
   options_.copy_logits = false;
   try {
-    run(windows, steps, true, kv, chain_logits_, defer, early, slot);
+    run(windows, steps, true, kv, chain_logits_, defer, early, slot, sample);
   } catch (...) {
     options_.copy_logits = copy;
     throw;
@@ -493,9 +545,12 @@ void CudaTransformer::settle_launched_chain() {
 }
 
 void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv,
-                          CudaLogits& out, bool defer, int32_t early, int32_t slot) {
+                          CudaLogits& out, bool defer, int32_t early, int32_t slot,
+                          const ForwardModel::ChainSampling* sample) {
   const ModelConfig& c = config_;
   cuda::TransformerState& d = *impl_;
+  if (sample && (!chain || defer))
+    fail(ErrorCode::internal, "CUDA forward: sampling outside a chain, or in a launched one");
   // A staged round's rows go to the staging buffer: its "slots" are the row indices.
   const bool stage = stage_rows_ && !chain;
   // The host plan (every check; tokens, positions, slots, block tables, attention windows,
@@ -528,6 +583,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   out.first_ = plan.first_logit_row;
   out.rows_ = plan.window_logit_rows;
   upload_plan(plan);
+  if (sample) prepare_chain_sampling(*sample, plan.windows(), steps);
   if (placing) {
     // Behind the producers' events (no host sync): the references become their ids.
     for (const Event& e : placed_ready) e.wait_on({{DeviceKind::cuda, options_.device}, stream_});
@@ -565,6 +621,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   }
   settings.query_copies = taps.data();
   settings.num_query_copies = static_cast<int32_t>(taps.size());
+  settings.sample = sample != nullptr;
   // A pending write-back with no ring forward to carry it goes in line, in front.
   if (!ring) flush_write_back(kv.host_tier());
   // A chain launched with early ids: steps [0, early), an event, the rest (a graph each).
@@ -594,8 +651,9 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     early_done_ = Event::record({{DeviceKind::cuda, options_.device}, stream_});
     launch_steps(early, steps);
   } else if (use_graph) {
-    d.graphs.launch(cuda::graph_key(plan, options_.copy_logits, options_.timing_skip), stream_,
-                    [&] { enqueue_forward(plan, settings); });
+    std::vector<int32_t> key = cuda::graph_key(plan, options_.copy_logits, options_.timing_skip);
+    if (sample) key.push_back(-3);  // the sampling kernels too (no other key ends in -3)
+    d.graphs.launch(key, stream_, [&] { enqueue_forward(plan, settings); });
   } else if (ring) {
     // The blocks that left the pool since the last forward go to the host tier in the
     // ring's per-layer jobs (write_back.h); this forward's K/V scatter of layer l waits
@@ -639,9 +697,17 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     cuda_try(cudaMemcpyAsync(host_tokens, d.meta.as<unsigned char>() + d.meta_layout.tokens,
                              static_cast<size_t>(plan.total_tokens) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
              "placed input ids copy");
+  const size_t q_floats = sample ? static_cast<size_t>(steps) * static_cast<size_t>(plan.windows()) *
+                                       static_cast<size_t>(c.vocab_size)
+                                 : 0;
+  if (q_floats > 0)
+    cuda_try(cudaMemcpyAsync(d.chain_q_host.as<float>(), d.chain_q.as<float>(), q_floats * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_),
+             "chain q copy");
   join.wait_on(stream);  // on the device, behind this forward's work
   cuda_try(cudaStreamSynchronize(stream_), "forward");
   read_results(plan, out);
+  if (q_floats > 0) chain_q_.assign(d.chain_q_host.as<float>(), d.chain_q_host.as<float>() + q_floats);
   if (placing)
     for (const ForwardModel::PlacedToken& p : placed) {
       const cuda::AttentionWindowDesc& w = plan.attention.windows[static_cast<size_t>(p.window)];
@@ -826,23 +892,37 @@ void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda:
   // back to back: nw ids each), and the last step's logits when asked.
   const auto* d_ident = reinterpret_cast<const int32_t*>(db + layout.identity);
   const auto* d_bt = reinterpret_cast<const int32_t*>(db + layout.tables);
+  // A sampled chain: step s's rows draw with uniforms [s * nw, (s + 1) * nw) and keep
+  // their q rows at s * nw * V (prepare_chain_sampling's buffers).
+  auto sampled = [&](cuda::StepMeta m, int32_t s) {
+    if (settings.sample) {
+      m.sample_inv_t = d.sample_params.as<float>();
+      m.sample_u = reinterpret_cast<const double*>(d.sample_params.as<unsigned char>() +
+                                                   sample_uniforms_offset(options_.max_tokens)) +
+                   int64_t{s} * nw;
+      m.sample_q = d.chain_q.as<float>() + int64_t{s} * nw * V;
+    }
+    return m;
+  };
   if (from == 0)
     cuda::enqueue_decoder_step(
         d, config_, settings,
-        {reinterpret_cast<const int64_t*>(db + layout.slots), reinterpret_cast<const int32_t*>(db + layout.tokens),
-         reinterpret_cast<const int32_t*>(db + layout.positions),
-         reinterpret_cast<const int32_t*>(db + layout.token_window),
-         reinterpret_cast<const int32_t*>(db + layout.logit_index), d_bt,
-         reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.windows), plan.total_tokens,
-         plan.logit_rows, d.argmax, plan.attention.min_window_rows(), /*prefix_settled=*/true},
+        sampled({reinterpret_cast<const int64_t*>(db + layout.slots), reinterpret_cast<const int32_t*>(db + layout.tokens),
+                 reinterpret_cast<const int32_t*>(db + layout.positions),
+                 reinterpret_cast<const int32_t*>(db + layout.token_window),
+                 reinterpret_cast<const int32_t*>(db + layout.logit_index), d_bt,
+                 reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.windows), plan.total_tokens,
+                 plan.logit_rows, d.argmax, plan.attention.min_window_rows(), /*prefix_settled=*/true},
+                0),
         stream_);
   for (int32_t s = std::max(1, from); s < to; ++s)
     cuda::enqueue_decoder_step(
         d, config_, settings,
-        {reinterpret_cast<const int64_t*>(db + layout.chain_slots(s)), d.argmax + (s - 1) * nw,
-         reinterpret_cast<const int32_t*>(db + layout.chain_positions(s)), d_ident, d_ident, d_bt,
-         reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.chain_windows(s)), nw, nw,
-         d.argmax + s * nw, 1},
+        sampled({reinterpret_cast<const int64_t*>(db + layout.chain_slots(s)), d.argmax + (s - 1) * nw,
+                 reinterpret_cast<const int32_t*>(db + layout.chain_positions(s)), d_ident, d_ident, d_bt,
+                 reinterpret_cast<const cuda::AttentionWindowDesc*>(db + layout.chain_windows(s)), nw, nw,
+                 d.argmax + s * nw, 1},
+                s),
         stream_);
   if (to < plan.steps) return;  // the copies back go with the last step
   const int32_t ids = plan.ids();

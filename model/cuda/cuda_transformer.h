@@ -190,6 +190,15 @@ class CudaTransformer {
   void forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                             std::vector<int32_t>& ids);
   static constexpr int32_t kMaxChainSteps = 16;
+  /// forward_greedy_chain whose windows each draw greedily or by temperature sampling
+  /// (ForwardModel::forward_sampled_chain): after each step's argmax, the rows of windows
+  /// at a temperature > 0 draw their token on the device (kernels/cuda/sampling.h,
+  /// sample_chain_rows) with their uniform, which the next step feeds, and keep their q
+  /// row in a device buffer; the ids and q rows come back with the chain's one sync.
+  /// Temperatures and uniforms are uploaded before the chain (a graph replays with them).
+  void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                             const ForwardModel::ChainSampling& sampling, const KvStore& kv, std::vector<int32_t>& ids,
+                             std::vector<float>& q);
   /// forward_greedy_chain without waiting: enqueues the chain and returns; the device
   /// works on it while the caller does other things (the drafter drafting ahead while the
   /// target verifies). collect_greedy_chain() waits for it and gives its ids. Any other
@@ -332,13 +341,19 @@ class CudaTransformer {
   /// forward_greedy_chain (defer false) and launch_greedy_chain (defer true): run()
   /// without logits copies (the plan checks the step count).
   void run_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv, bool defer,
-                 int32_t early = 0, int32_t slot = -1);
+                 int32_t early = 0, int32_t slot = -1, const ForwardModel::ChainSampling* sample = nullptr);
   /// forward() (steps 1, chain false) and forward_greedy_chain() (chain: one argmax per
   /// window and step, in chain_ids_): plan (model/cuda/forward_plan.h), upload, replay a
   /// graph or run the steps (eagerly or into a new graph), copy back. defer (chains only):
   /// return after enqueueing, without the sync; see launch_greedy_chain.
+  /// sample (chains, not deferred): a sampled chain (forward_sampled_chain), its q rows
+  /// into chain_q_.
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out,
-           bool defer = false, int32_t early = 0, int32_t slot = -1);
+           bool defer = false, int32_t early = 0, int32_t slot = -1,
+           const ForwardModel::ChainSampling* sample = nullptr);
+  /// A sampled chain's buffers (sample_params, and chain_q for `floats` q floats: grown
+  /// after a sync, dropping the graphs) and its upload of 1 / temperature and uniforms.
+  void prepare_chain_sampling(const ForwardModel::ChainSampling& sample, int32_t windows, int32_t steps);
   /// Packs the plan's metadata into the pinned buffer and enqueues its upload.
   void upload_plan(const cuda::ForwardPlan& plan);
   /// SpecPV retrieval: `seq`'s summaries with room for `blocks` blocks (grown, the old
@@ -411,6 +426,7 @@ class CudaTransformer {
   bool stage_rows_ = false;
   CudaLogits chain_logits_;
   std::vector<int32_t> chain_ids_;
+  std::vector<float> chain_q_;   ///< the last sampled chain's q rows
   int32_t launched_ids_ = 0;     ///< ids of a launched chain not yet settled (0: none)
   Event launched_done_;          ///< after a launched chain's work (its ids copied back)
   Event join_;                   ///< join_before_sync's event, for the next forward

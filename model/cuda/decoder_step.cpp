@@ -6,6 +6,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/sampling.h"
 #include "model/cuda/key_summaries.h"
 #include "model/cuda/model_ops.h"
 
@@ -179,10 +180,18 @@ void enqueue_head(const TransformerState& d, const ModelConfig& c, const StepSet
 
 void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const StepSettings& s, const StepMeta& m,
                           cudaStream_t st) {
+  // A sampled chain's step draws from the logits rows after the argmax.
+  auto sample = [&] {
+    if (m.sample_u && m.logit_rows > 0)
+      cuda_try(sample_chain_rows(d.logits, c.vocab_size, m.logit_rows, c.vocab_size, m.sample_inv_t, m.sample_u,
+                                 m.sample_q, c.vocab_size, m.argmax, st),
+               "chain sampling");
+  };
   if (s.fused && m.total <= kFusedMaxRows) {
     const FusedStep step{m.tokens, m.pos, m.slots, m.tw, m.win, m.bt, m.lr, m.total, m.logit_rows,
-                         s.copy_logits ? d.logits : nullptr, m.argmax};
+                         s.copy_logits || m.sample_u ? d.logits : nullptr, m.argmax};
     cuda_try(fused_step(d.fused, step, d.fused_sc, d.fused_blocks, st), "fused step");
+    sample();
     return;
   }
   // Fused row kernels (kernels/cuda/elementwise.h): bitwise the unfused sequence
@@ -195,6 +204,7 @@ void enqueue_decoder_step(const TransformerState& d, const ModelConfig& c, const
   for (int32_t l = 0; l < c.num_layers; ++l) enqueue_decoder_layer(d, c, s, m, l, rows, {nullptr, nullptr}, st);
   // final norm and LM head for the rows that need logits
   enqueue_head(d, c, s, m, d.x, st);
+  sample();
 }
 
 }  // namespace specpipe::cuda

@@ -49,6 +49,12 @@ struct StepMeta {
   int32_t* argmax;  ///< [logit_rows] out: the rows' argmax
   int32_t min_window_rows;  ///< the fewest rows of a window (attention's AttentionBatch::min_window_rows)
   bool prefix_settled = false;  ///< the pool prefix predates the forward (AttentionBatch::prefix_settled)
+  /// A sampled chain's step (non-null sample_u): after the argmax, each logits row r with
+  /// sample_inv_t[r] > 0 draws its token into argmax[r] with sample_u[r] and writes its
+  /// distribution to sample_q + r * vocab (kernels/cuda/sampling.h, sample_chain_rows).
+  const float* sample_inv_t = nullptr;
+  const double* sample_u = nullptr;
+  float* sample_q = nullptr;
 };
 
 /// Kernel groups a timing study leaves out (CudaTransformerOptions::timing_skip; the
@@ -81,6 +87,9 @@ struct StepSettings {
   /// to the host in every layer, or are summed on the device, num_query_copies of them.
   const QueryCopy* query_copies = nullptr;
   int32_t num_query_copies = 0;
+  /// A sampled chain (CudaTransformer::forward_sampled_chain): each step's StepMeta gets
+  /// the sampling pointers into TransformerState's sample_params and chain_q.
+  bool sample = false;
 };
 
 /// Enqueues one step of `m.total` rows on `stream`: enqueue_embedding, every layer's

@@ -59,6 +59,13 @@ struct TransformerState {
   // Early chain ids kept per round in flight (CudaTransformer::launch_greedy_chain's
   // slot): [max_tokens * kMaxChainSteps] ids each, allocated at a slot's first use.
   std::vector<std::unique_ptr<DeviceBuffer>> early_slots;
+  // Sampled chains (CudaTransformer::forward_sampled_chain): per window 1 / temperature
+  // ([max_tokens] floats, 0: greedy), then the uniforms ([kMaxChainSteps, max_tokens]
+  // doubles), uploaded from sample_host before each chain (graphs read them at replay);
+  // the q rows [steps, windows, vocab] floats (grown as needed: graphs bake the buffer)
+  // and their pinned copy.
+  DeviceBuffer sample_params, chain_q;
+  PinnedBuffer sample_host, chain_q_host;
   cublasLtHandle_t lt = nullptr;
   LtGemm g_qkv, g_o, g_gate_up, g_down, g_head;
   int32_t num_blocks = 0, block_size = 0;

@@ -101,6 +101,80 @@ TEST(DraftAhead, ProposesTheSameDraftsAsDraftingOnDemand) {
   EXPECT_EQ(kv.sequences, 0u);
 }
 
+// Sampled drafts at a pure temperature come from one chain (ForwardModel::
+// forward_sampled_chain; on a GPU drawn on the device) instead of a forward, a host copy
+// and a draw per step. The chain must propose what the step-by-step path proposes: the
+// same tokens and q rows, bit for bit on the CPU, from the same uniforms (each rng's next
+// draw equal after every round). Drafter `step` gets a fifth sequence with top-k, which
+// keeps its whole batch on the step-by-step path; drafter `chain` gets it greedy. The
+// first four mix greedy and sampled rows with gammas that differ within and between
+// rounds (0 included), and two of them share an rng (the draws' order matters).
+TEST(DraftAhead, SampledChainProposesAsTheStepByStepPath) {
+  auto step_model = std::make_unique<test::LimitedModel>(test::model("demo-draft"));
+  auto chain_model = std::make_unique<test::LimitedModel>(test::model("demo-draft"));
+  test::LimitedModel* step_counts = step_model.get();
+  test::LimitedModel* chain_counts = chain_model.get();
+  ModelDrafter step(std::move(step_model), 256, 16, /*prefill_chunk=*/64, /*draft_ahead=*/false);
+  ModelDrafter chain(std::move(chain_model), 256, 16, /*prefill_chunk=*/64, /*draft_ahead=*/false);
+  std::vector<Driven> seqs = start_four({&step, &chain});
+  // The fifth sequence (the first case's prompt again), driven by each drafter's own drafts.
+  std::vector<Driven> fifth;
+  for (ModelDrafter* drafter : {&step, &chain}) {
+    const auto& c = test::golden_public()["cases"][0];
+    Driven d{test::ids(c["prompt_ids"]), test::ids(c["target_greedy_96"]), 0, {}};
+    d.appended = {d.prompt.back()};
+    drafter->start(4, std::span<const int32_t>(d.prompt.data(), d.prompt.size() - 1));
+    fifth.push_back(std::move(d));
+  }
+  // rng 0 serves sequences 0 and 2, rng 1 sequence 3, rng 2 the fifth.
+  std::vector<Rng> rng_step{Rng(11), Rng(12), Rng(13)}, rng_chain{Rng(11), Rng(12), Rng(13)};
+  const size_t rng_of[] = {0, 0, 0, 1, 2};
+  const float temperature[] = {0.8f, 0.0f, 1.0f, 0.5f};
+  const int32_t gammas[4][4] = {{4, 3, 1, 4}, {2, 3, 4, 4}, {5, 2, 0, 3}, {3, 1, 6, 2}};
+  int rounds = 0;
+  for (int round = 0;; ++round) {
+    const int32_t* gamma = gammas[round % 4];
+    bool room = true;
+    for (size_t i = 0; i < seqs.size(); ++i)
+      room = room && seqs[i].emitted + static_cast<size_t>(gamma[i]) + 1 <= seqs[i].target.size();
+    for (const Driven& d : fifth) room = room && d.emitted + 5 <= d.target.size();
+    if (!room) break;
+    std::vector<DraftItem> items_step, items_chain;
+    for (size_t i = 0; i < 4; ++i) {
+      cpu::SamplingParams sampling;
+      sampling.temperature = temperature[(i + static_cast<size_t>(round)) % 4];  // rows change roles
+      const auto r = static_cast<RequestId>(i);
+      items_step.push_back({r, seqs[i].appended, gamma[i], sampling, &rng_step[rng_of[i]]});
+      items_chain.push_back({r, seqs[i].appended, gamma[i], sampling, &rng_chain[rng_of[i]]});
+    }
+    cpu::SamplingParams top_k;
+    top_k.temperature = 0.8f;
+    top_k.top_k = 5;
+    items_step.push_back({4, fifth[0].appended, 4, top_k, &rng_step[2]});
+    items_chain.push_back({4, fifth[1].appended, 4, {}, &rng_chain[2]});
+    std::vector<Proposal> want, got;
+    step.propose(items_step, want);
+    chain.propose(items_chain, got);
+    for (size_t i = 0; i < 4; ++i) {
+      ASSERT_EQ(got[i].tokens, want[i].tokens) << "round " << round << ", sequence " << i;
+      ASSERT_EQ(got[i].q.size(), want[i].q.size()) << "round " << round << ", sequence " << i;
+      ASSERT_EQ(got[i].q, want[i].q) << "round " << round << ", sequence " << i;  // bit for bit
+      EXPECT_EQ(got[i].q.size(), items_chain[i].sampling.temperature > 0 ? got[i].tokens.size() : 0u);
+    }
+    for (size_t r = 0; r < 2; ++r)  // the same uniforms consumed: the same state, the next draws agree
+      ASSERT_TRUE(rng_chain[r] == rng_step[r]) << "round " << round << ", rng " << r;
+    for (size_t i = 0; i < seqs.size(); ++i) verify(seqs[i], want[i].tokens);
+    verify(fifth[0], want[4].tokens);
+    verify(fifth[1], got[4].tokens);
+    ASSERT_NO_THROW(chain.kv().check_invariants()) << "round " << round;
+    ++rounds;
+  }
+  EXPECT_GE(rounds, 8);
+  EXPECT_EQ(step_counts->sampled_chains, 0);  // top-k keeps the step-by-step path
+  EXPECT_EQ(chain_counts->sampled_chains, rounds);
+  for (size_t r = 0; r < 2; ++r) EXPECT_EQ(rng_chain[r].uniform(), rng_step[r].uniform());
+}
+
 TEST(DraftAhead, LaunchesNothingAfterASampledRound) {
   auto drafter = make_drafter(true);
   const auto prompt = test::ids(test::golden_public()["cases"][0]["prompt_ids"]);

@@ -3,6 +3,7 @@
 /// like a device model's (ForwardModel::max_forward_tokens); a forward past it fails the
 /// test. Counts the forwards and the largest. Lets tests hand a shared test::model to
 /// an owner of a ForwardModel (ModelDrafter) without a second copy of the weights.
+/// Counts sampled chains too (forward_sampled_chain, run by the default).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,8 +30,15 @@ class LimitedModel final : public ForwardModel {
     ++forwards;
     inner_.forward(windows, kv, sink, out);
   }
+  void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps, const ChainSampling& sampling,
+                             const KvStore& kv, KvWriteSink& sink, std::vector<int32_t>& ids,
+                             std::vector<float>& q) override {
+    ++sampled_chains;
+    ForwardModel::forward_sampled_chain(windows, steps, sampling, kv, sink, ids, q);
+  }
   size_t largest = 0;
   int forwards = 0;
+  int sampled_chains = 0;  ///< forward_sampled_chain calls
 
  private:
   Transformer& inner_;

@@ -69,6 +69,61 @@ void check_softmax_and_draws(Report& report, cudaStream_t stream, int32_t vocab,
   check_draws(report, "sample_rows" + shape, mismatches, int64_t{rows} * trials);
 }
 
+/// A sampled draft chain's step (sample_chain_rows): rows at temperature 0 (every third)
+/// keep their id and q untouched; the others against cpu::sampling_distribution (q within
+/// 1e-6 relative, element by element, below 1e-20 absolute) and cpu::sample_from.
+void check_chain_rows(Report& report, cudaStream_t stream, int32_t vocab, float temperature) {
+  const int32_t rows = 48;
+  const auto V = static_cast<size_t>(vocab);
+  const std::string shape = " vocab " + std::to_string(vocab) + " T " + std::to_string(temperature).substr(0, 3);
+  const auto logits = peaky_logits(rows, vocab, 31u + static_cast<uint32_t>(vocab));
+  std::vector<float> inv_t(static_cast<size_t>(rows));
+  for (int32_t r = 0; r < rows; ++r) inv_t[static_cast<size_t>(r)] = r % 3 == 2 ? 0.0f : 1.0f / temperature;
+  DeviceBuffer<float> dl(logits), dt(inv_t);
+  DeviceBuffer<double> du(static_cast<size_t>(rows));
+  DeviceBuffer<float> dq(logits.size());
+  DeviceBuffer<int32_t> dids(static_cast<size_t>(rows));
+  std::vector<float> ref(logits.size()), row;
+  const cpu::SamplingParams params{temperature, 0, 1.0f};
+  for (int32_t r = 0; r < rows; ++r) {
+    cpu::sampling_distribution(std::span<const float>(logits.data() + r * V, V), params, row);
+    std::copy(row.begin(), row.end(), ref.begin() + r * static_cast<std::ptrdiff_t>(V));
+  }
+  Rng rng(9);
+  std::vector<double> u(static_cast<size_t>(rows));
+  const std::vector<float> sentinel_q(logits.size(), -1.0f);
+  const std::vector<int32_t> sentinel_ids(static_cast<size_t>(rows), -7);
+  int64_t mismatches = 0, draws = 0, greedy_touched = 0;
+  double worst = 0;
+  for (int32_t t = 0; t < 16; ++t) {
+    for (double& x : u) x = rng.uniform();
+    du.upload(u);
+    dq.upload(sentinel_q);
+    dids.upload(sentinel_ids);
+    CUDA_OK(cuda::sample_chain_rows(dl.get(), vocab, rows, vocab, dt.get(), du.get(), dq.get(), vocab, dids.get(),
+                                    stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const auto ids = dids.download();
+    const auto q = dq.download();
+    for (int32_t r = 0; r < rows; ++r) {
+      const auto ur = static_cast<size_t>(r);
+      const std::span<const float> rq(ref.data() + ur * V, V);
+      if (r % 3 == 2) {
+        greedy_touched += ids[ur] != -7 || q[ur * V] != -1.0f || q[ur * V + V - 1] != -1.0f;
+        continue;
+      }
+      ++draws;
+      mismatches += ids[ur] != cpu::sample_from(rq, u[ur]);
+      for (size_t i = 0; i < V; ++i)
+        worst = std::max(worst, std::abs(double{q[ur * V + i]} - double{rq[i]}) / std::max(std::abs(double{rq[i]}), 1e-20));
+    }
+  }
+  check_draws(report, "sample_chain_rows" + shape, mismatches, draws);
+  report.exact_count("sample_chain_rows greedy rows untouched" + shape, greedy_touched);
+  if (worst > 1e-6) report.fail("sample_chain_rows q" + shape, "worst relative difference " + std::to_string(worst));
+  else report.exact_count("sample_chain_rows q" + shape, 0, "worst relative difference " + std::to_string(worst));
+}
+
 /// Windows of 1..8 drafts, half with draft distributions and half greedy (point masses);
 /// drafts drawn from q where there is one, so acceptance is neither always nor never.
 void check_rejection(Report& report, cudaStream_t stream, int32_t vocab, float temperature) {
@@ -165,6 +220,7 @@ void check_sampling(Report& report, cudaStream_t stream, const Options& options)
     for (const float temperature : {0.7f, 1.0f}) {
       check_softmax_and_draws(report, stream, vocab, temperature);
       check_rejection(report, stream, vocab, temperature);
+      check_chain_rows(report, stream, vocab, temperature);
     }
   if (options.timing) {
     const int32_t vocab = 151936, rows = 9;

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/sampling.h"
 #include "model/load_model.h"
+#include "pipeline/rng.h"
 #include "tools/gpu/golden_runs.h"
 #include "tools/gpu/tool_support.h"
 
@@ -263,6 +265,73 @@ json compare_launched_chain(CudaTransformer& m, KvStore& kv, const json& cases, 
   }
   if (same != checked) ok = false;
   return {{"steps", steps}, {"chains_checked", checked}, {"identical_to_forward_greedy_chain", same}};
+}
+
+json compare_sampled_chain(CudaTransformer& m, KvStore& kv, const json& cases, int32_t steps, bool& ok) {
+  const auto V = static_cast<size_t>(m.config().vocab_size);
+  const float temperature = 0.8f;
+  int64_t draws = 0, token_diffs = 0, greedy_diffs = 0, compared_rows = 0;
+  double worst_rel = 0;
+  CudaLogits lg;
+  std::vector<float> q_ref;
+  for (size_t ci = 0; ci + 1 < std::min<size_t>(cases.size(), 4); ci += 2) {
+    // Two sequences: window 0 sampled, window 1 greedy.
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<SeqId> seqs;
+    for (size_t k = 0; k < 2; ++k) {
+      prompts.push_back(cases[ci + k]["prompt_ids"].get<std::vector<int32_t>>());
+      const std::vector<int32_t>& prompt = prompts.back();
+      const SeqId seq = kv.add_sequence({});
+      gpu_prefill(m, kv, seq, std::span<const int32_t>(prompt.data(), prompt.size() - 1), LogitsMode::none, lg);
+      kv.reserve(seq, static_cast<int32_t>(prompt.size()) + steps - 1);
+      seqs.push_back(seq);
+    }
+    const std::vector<float> temps{temperature, 0.0f};
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      Rng rng(seed * 97 + ci);
+      std::vector<double> u(static_cast<size_t>(steps) * 2, 0.0);
+      for (int32_t s = 0; s < steps; ++s) u[static_cast<size_t>(s) * 2] = rng.uniform();
+      std::vector<ForwardWindow> windows;
+      for (size_t k = 0; k < 2; ++k)
+        windows.push_back({seqs[k], std::span<const int32_t>(&prompts[k].back(), 1), LogitsMode::last});
+      std::vector<int32_t> ids;
+      std::vector<float> q;
+      m.forward_sampled_chain(windows, steps, {temps, u}, kv, ids, q);
+      // The reference: a forward per step (nothing committed: explicit starts), the rows
+      // copied back, the draw on the host. It feeds the chain's own tokens, so that a
+      // draw moved by rounding does not change the later steps' inputs.
+      std::vector<int32_t> fed(2);
+      for (size_t k = 0; k < 2; ++k) {
+        windows[k].start = kv.length(seqs[k]);
+        fed[k] = prompts[k].back();
+      }
+      m.set_copy_logits(true);
+      for (int32_t s = 0; s < steps; ++s) {
+        for (size_t k = 0; k < 2; ++k) windows[k].tokens = {&fed[k], 1};
+        m.forward(windows, kv, lg);
+        const size_t at = static_cast<size_t>(s) * 2;
+        greedy_diffs += lg.argmax(1) != ids[at + 1];
+        cpu::sampling_distribution(lg.row(0), cpu::SamplingParams{temperature, 0, 1.0f}, q_ref);
+        ++draws;
+        token_diffs += cpu::sample_from(q_ref, u[at]) != ids[at];
+        for (size_t t = 0; t < V; ++t) {  // relative, below 1e-20 absolute (subnormal floats)
+          const double want = q_ref[t], got = q[at * V + t];
+          worst_rel = std::max(worst_rel, std::abs(got - want) / std::max(std::abs(want), 1e-20));
+        }
+        ++compared_rows;
+        for (size_t k = 0; k < 2; ++k) {
+          windows[k].start += 1;
+          fed[k] = ids[at + k];
+        }
+      }
+      m.set_copy_logits(false);
+    }
+    for (SeqId seq : seqs) kv.release(seq);
+  }
+  if (token_diffs > 0 || greedy_diffs > 0 || worst_rel > 1e-6) ok = false;
+  return {{"steps", steps},          {"temperature", temperature},  {"draws", draws},
+          {"token_differences", token_diffs}, {"greedy_differences", greedy_diffs},
+          {"q_rows", compared_rows}, {"worst_q_relative", worst_rel}};
 }
 
 json fused_trace_cycles(CudaTransformer& gd, KvStore& kvd, const json& cases) {

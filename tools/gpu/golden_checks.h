@@ -63,6 +63,17 @@ nlohmann::json compare_fused_draft(CudaTransformer& fused, CudaTransformer& kern
 nlohmann::json compare_launched_chain(CudaTransformer& m, KvStore& kv, const nlohmann::json& cases, int32_t steps,
                                       bool& ok);
 
+/// A sampled chain on the device (CudaTransformer::forward_sampled_chain) against the same
+/// model's step-by-step path with the draw on the host (forward() with its logits rows,
+/// cpu::sampling_distribution and cpu::sample_from with the same uniforms): for pairs of
+/// the first cases, one chain of `steps` with a sampled window (temperature 0.8) and a
+/// greedy one, three times with fresh uniforms (graph replays must read them). The same
+/// tokens (a draw may differ only where its uniform lands within rounding of a boundary
+/// of the cumulative distribution: none expected in so few), q rows within 1e-6
+/// relative. Clears `ok` on a token or q difference.
+nlohmann::json compare_sampled_chain(CudaTransformer& m, KvStore& kv, const nlohmann::json& cases, int32_t steps,
+                                     bool& ok);
+
 /// The fused kernel's phases (SM clock cycles of block 0 between barriers) in a draft
 /// decode step after case 0's prompt (20 steps; the model built with fused_trace).
 nlohmann::json fused_trace_cycles(CudaTransformer& gd, KvStore& kvd, const nlohmann::json& cases);
