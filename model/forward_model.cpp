@@ -118,28 +118,41 @@ void ForwardModel::prefill_layerwise(SeqId seq, std::span<const int32_t> prompt,
        device().to_string(), seq, prompt.size());
 }
 
-void ForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
-                                        KvWriteSink& sink, std::vector<int32_t>& ids) {
-  if (steps < 1) fail(ErrorCode::invalid_argument, "forward: a greedy chain of {} steps", steps);
-  const std::vector<int32_t> starts = window_starts(windows, kv, config(), steps - 1);
+namespace {
+/// The default chains' loop: `steps` forwards, each window fed the token `pick(s, w,
+/// logits)` chose from its last row in the step before; ids gets them step-major.
+/// ids_only(w): window w needs its argmax only (no logits row).
+template <typename IdsOnly, typename Pick>
+void chain_steps(ForwardModel& m, std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                 KvWriteSink& sink, std::vector<int32_t>& ids, IdsOnly ids_only, Pick pick) {
+  const std::vector<int32_t> starts = window_starts(windows, kv, m.config(), steps - 1);
   std::vector<ForwardWindow> step(windows.begin(), windows.end());
   for (size_t w = 0; w < step.size(); ++w) {
     step[w].start = starts[w];  // explicit: nothing is committed between the steps
     step[w].logits = LogitsMode::last;
-    step[w].ids_only = true;
+    step[w].ids_only = ids_only(w);
   }
   std::vector<int32_t> fed(windows.size());
   Logits logits;
   ids.clear();
   for (int32_t s = 0; s < steps; ++s) {
-    forward(step, kv, sink, logits);
-    for (size_t w = 0; w < step.size(); ++w) ids.push_back(logits.argmax(w));
+    m.forward(step, kv, sink, logits);
+    for (size_t w = 0; w < step.size(); ++w) ids.push_back(pick(s, w, logits));
     for (size_t w = 0; w < step.size(); ++w) {
       step[w].start += static_cast<int32_t>(step[w].tokens.size());
       fed[w] = ids[ids.size() - step.size() + w];
       step[w].tokens = {&fed[w], 1};
     }
   }
+}
+}  // namespace
+
+void ForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
+                                        KvWriteSink& sink, std::vector<int32_t>& ids) {
+  if (steps < 1) fail(ErrorCode::invalid_argument, "forward: a greedy chain of {} steps", steps);
+  chain_steps(
+      *this, windows, steps, kv, sink, ids, [](size_t) { return true; },
+      [](int32_t, size_t w, const Logits& logits) { return logits.argmax(w); });
 }
 
 void check_chain_sampling(const ForwardModel::ChainSampling& sampling, size_t windows, int32_t steps) {
@@ -156,39 +169,21 @@ void ForwardModel::forward_sampled_chain(std::span<const ForwardWindow> windows,
                                          std::vector<int32_t>& ids, std::vector<float>& q) {
   if (steps < 1) fail(ErrorCode::invalid_argument, "forward: a sampled chain of {} steps", steps);
   check_chain_sampling(sampling, windows.size(), steps);
-  const std::vector<int32_t> starts = window_starts(windows, kv, config(), steps - 1);
   const size_t n = windows.size();
   const auto vocab = static_cast<size_t>(config().vocab_size);
-  std::vector<ForwardWindow> step(windows.begin(), windows.end());
-  for (size_t w = 0; w < n; ++w) {
-    step[w].start = starts[w];  // explicit: nothing is committed between the steps
-    step[w].logits = LogitsMode::last;
-    step[w].ids_only = sampling.temperature[w] == 0.0f;
-  }
-  std::vector<int32_t> fed(n);
   std::vector<float> row_q;
-  Logits logits;
-  ids.clear();
   q.assign(static_cast<size_t>(steps) * n * vocab, 0.0f);
-  for (int32_t s = 0; s < steps; ++s) {
-    forward(step, kv, sink, logits);
-    for (size_t w = 0; w < n; ++w) {
-      const float t = sampling.temperature[w];
-      if (t == 0.0f) {
-        ids.push_back(logits.argmax(w));
-        continue;
-      }
-      // As draft_sample: the distribution, then one draw from it.
-      cpu::sampling_distribution(logits.row(w), cpu::SamplingParams{t, 0, 1.0f}, row_q);
-      ids.push_back(cpu::sample_from(row_q, sampling.uniforms[static_cast<size_t>(s) * n + w]));
-      std::copy(row_q.begin(), row_q.end(), q.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(s) * n + w) * vocab));
-    }
-    for (size_t w = 0; w < n; ++w) {
-      step[w].start += static_cast<int32_t>(step[w].tokens.size());
-      fed[w] = ids[ids.size() - n + w];
-      step[w].tokens = {&fed[w], 1};
-    }
-  }
+  chain_steps(
+      *this, windows, steps, kv, sink, ids, [&](size_t w) { return sampling.temperature[w] == 0.0f; },
+      [&](int32_t s, size_t w, const Logits& logits) {
+        const float t = sampling.temperature[w];
+        if (t == 0.0f) return logits.argmax(w);
+        // As draft_sample: the distribution, then one draw from it.
+        const size_t at = static_cast<size_t>(s) * n + w;
+        cpu::sampling_distribution(logits.row(w), cpu::SamplingParams{t, 0, 1.0f}, row_q);
+        std::copy(row_q.begin(), row_q.end(), q.begin() + static_cast<std::ptrdiff_t>(at * vocab));
+        return cpu::sample_from(row_q, sampling.uniforms[at]);
+      });
 }
 
 Event ForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,

@@ -431,7 +431,9 @@ void CudaTransformer::forward_sampled_chain(std::span<const ForwardWindow> windo
   check_chain_sampling(sampling, windows.size(), steps);
   run_chain(windows, steps, kv, /*defer=*/false, 0, -1, &sampling);
   ids = chain_ids_;
-  q.swap(chain_q_);
+  // run() copied the q rows to the pinned buffer before its sync.
+  const float* rows = impl_->chain_q_host.as<float>();
+  q.assign(rows, rows + static_cast<size_t>(steps) * windows.size() * static_cast<size_t>(config_.vocab_size));
 }
 
 namespace {
@@ -707,7 +709,6 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   join.wait_on(stream);  // on the device, behind this forward's work
   cuda_try(cudaStreamSynchronize(stream_), "forward");
   read_results(plan, out);
-  if (q_floats > 0) chain_q_.assign(d.chain_q_host.as<float>(), d.chain_q_host.as<float>() + q_floats);
   if (placing)
     for (const ForwardModel::PlacedToken& p : placed) {
       const cuda::AttentionWindowDesc& w = plan.attention.windows[static_cast<size_t>(p.window)];

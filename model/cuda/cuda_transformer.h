@@ -347,12 +347,12 @@ class CudaTransformer {
   /// graph or run the steps (eagerly or into a new graph), copy back. defer (chains only):
   /// return after enqueueing, without the sync; see launch_greedy_chain.
   /// sample (chains, not deferred): a sampled chain (forward_sampled_chain), its q rows
-  /// into chain_q_.
+  /// copied to TransformerState::chain_q_host before the sync.
   void run(std::span<const ForwardWindow> windows, int32_t steps, bool chain, const KvStore& kv, CudaLogits& out,
            bool defer = false, int32_t early = 0, int32_t slot = -1,
            const ForwardModel::ChainSampling* sample = nullptr);
-  /// A sampled chain's buffers (sample_params, and chain_q for `floats` q floats: grown
-  /// after a sync, dropping the graphs) and its upload of 1 / temperature and uniforms.
+  /// A sampled chain's buffers (sample_params, and chain_q for steps x windows q rows:
+  /// grown after a sync, dropping the graphs) and its upload of 1 / temperature and uniforms.
   void prepare_chain_sampling(const ForwardModel::ChainSampling& sample, int32_t windows, int32_t steps);
   /// Packs the plan's metadata into the pinned buffer and enqueues its upload.
   void upload_plan(const cuda::ForwardPlan& plan);
@@ -426,7 +426,6 @@ class CudaTransformer {
   bool stage_rows_ = false;
   CudaLogits chain_logits_;
   std::vector<int32_t> chain_ids_;
-  std::vector<float> chain_q_;   ///< the last sampled chain's q rows
   int32_t launched_ids_ = 0;     ///< ids of a launched chain not yet settled (0: none)
   Event launched_done_;          ///< after a launched chain's work (its ids copied back)
   Event join_;                   ///< join_before_sync's event, for the next forward
