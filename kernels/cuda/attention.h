@@ -115,10 +115,11 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// load, the queries stored lane-major in the order the lane scores them; a score's
 /// key-count test one comparison; value chains of 4 dims x up to 3 slots a thread; unsigned
 /// indices; the GQA group's multiplier from the host); bit 1024 (with bits 1 and 8, FP32
-/// K/V): kAttentionStreamChunks below. The default, kDefaultAttentionVariant (bits 1, 2, 4,
-/// 8, 32, 64, 128, 1024), won the A/Bs of kernels/cuda/README.md ("Eleventh session",
-/// "Twelfth session", "Thirteenth session", "Fourteenth session, verify windows",
-/// "Fifteenth session, window", "Seventeenth session, chunk"); SPECPIPE_ATTENTION_VARIANT
+/// K/V): kAttentionStreamChunks below; bit 256 (with 1024): kAttentionStreamTight. The
+/// default, kDefaultAttentionVariant (bits 1, 2, 4, 8, 32, 64, 128, 256, 1024), won the A/Bs
+/// of kernels/cuda/README.md ("Eleventh session", "Twelfth session", "Thirteenth session",
+/// "Fourteenth session, verify windows", "Fifteenth session, window", "Seventeenth session,
+/// chunk", "Eighteenth session, chunk"); SPECPIPE_ATTENTION_VARIANT
 /// (0..2047, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
@@ -134,11 +135,17 @@ constexpr int kAttentionTightWindow = 128;
 /// one wave, block y taking the row's chunks y, y + Y, ...; its keys and values stream
 /// through a two-slot shared-memory ring of 64-key tiles (cp.async), the next tile in
 /// flight while one is scored or summed (kernels/cuda/README.md "Seventeenth session,
-/// chunk"). Bits 256 and 512 are unused.
+/// chunk"). Bit 512 is unused.
 constexpr int kAttentionStreamChunks = 1024;
-constexpr int kAttentionUsedBits = 255 | kAttentionStreamChunks;
+/// Bit 256 (with bit 1024, head_dim 128 and a GQA group of 4: the 8B and 4B shapes): that
+/// streaming kernel built for the shape, its head_dim and group compile-time constants, so
+/// its copies, query addresses and bounds tests fold and its score passes sum by the
+/// select-free reduce-scatter (the same arithmetic; kernels/cuda/README.md "Eighteenth
+/// session, chunk").
+constexpr int kAttentionStreamTight = 256;
+constexpr int kAttentionUsedBits = 255 | kAttentionStreamTight | kAttentionStreamChunks;
 constexpr int kAttentionVariants = 2048;
-constexpr int kDefaultAttentionVariant = 239 | kAttentionStreamChunks;
+constexpr int kDefaultAttentionVariant = 239 | kAttentionStreamTight | kAttentionStreamChunks;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);

@@ -161,32 +161,40 @@ constexpr int kLeanPasses = C / kFastWarps / kLeanPassKeys;
 static_assert(C / kFastWarps % kLeanPassKeys == 0);
 
 /// Keys of the lean score passes [first, first + kPasses) of this thread (lane l's dims l,
-/// l + 32, ... of keys warp, warp + kFastWarps, ...) into registers.
-template <int kPasses, int kDimLanes, class KeyRow>
+/// l + 32, ... of keys warp, warp + kFastWarps, ...) into registers. kHd: the head_dim when
+/// known at compile time (0: s.head_dim), so the dims' bounds tests fold; with it a pass's
+/// keys are taken in the lane-permuted order lean_score_pass's reduce_scatter_xor wants
+/// (register u holds key u ^ kx, kx = (lane >> 3) & 3).
+template <int kPasses, int kDimLanes, int kHd = 0, class KeyRow>
 __device__ inline void lean_load_keys(const AttentionShape& s, int32_t count, KeyRow krow_of, int first,
                                       float (&keys)[kPasses][kLeanPassKeys][kDimLanes]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int32_t hd = s.head_dim;
+  const int32_t hd = kHd != 0 ? kHd : s.head_dim;
+  const int kx = kHd != 0 ? (lane >> 3) & 3 : 0;
 #pragma unroll
   for (int pass = 0; pass < kPasses; ++pass)
 #pragma unroll
     for (int u = 0; u < kLeanPassKeys; ++u) {
-      const int jl = warp + ((first + pass) * kLeanPassKeys + u) * kFastWarps;
+      const int jl = warp + ((first + pass) * kLeanPassKeys + (u ^ kx)) * kFastWarps;
 #pragma unroll
       for (int t = 0; t < kDimLanes; ++t)
         keys[pass][u][t] = jl < count && lane + 32 * t < hd ? kv_float(krow_of(jl)[lane + 32 * t]) : 0.0f;
     }
 }
 
-/// One pass of the scores from its keys in registers.
-template <int kDimLanes, class Shared>
+/// One pass of the scores from its keys in registers. kHd, kGroup: head_dim and the query
+/// heads per kv head when known at compile time (0: from s), so the queries' addresses and
+/// the heads' clamps fold; with them the keys (lean_load_keys) and heads (sx) come in the
+/// lane-permuted order of reduce_scatter_xor, which sums as reduce_scatter does without
+/// its 30 selects a pass (the window kernel's paired build): the same arithmetic.
+template <int kDimLanes, int kHd = 0, int kGroup = 0, class Shared>
 __device__ inline void lean_score_pass(const AttentionShape& s, Shared& sh, int32_t count, int pass,
                                        const float (&kreg)[kLeanPassKeys][kDimLanes]) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int32_t hd = s.head_dim, group = s.num_heads / s.num_kv_heads;
+  const int32_t hd = kHd != 0 ? kHd : s.head_dim, group = kGroup != 0 ? kGroup : s.num_heads / s.num_kv_heads;
   float v[kLeanPassKeys * 4];
-  pass_dots(sh.q, 0, group, hd, lane, kreg, v);
-  const float dot = reduce_scatter(v, lane);
+  pass_dots(sh.q, 0, group, hd, lane, kreg, v, kHd != 0 ? (lane >> 1) & 3 : 0);
+  const float dot = kHd != 0 ? reduce_scatter_xor(v) : reduce_scatter(v, lane);
   const int index = lane >> 1, g = index & 3, jl = warp + (pass * kLeanPassKeys + (index >> 2)) * kFastWarps;
   if ((lane & 1) == 0 && g < group) sh.p[g][jl] = jl < count ? dot * s.scale : -INFINITY;
 }
@@ -538,7 +546,15 @@ __device__ inline void stream_rows(const PagedPool& pool, const AttentionBatch& 
 /// or summed, so the block's loads do not stop while it computes (the lean build loads its
 /// chunk's 128 KB at once and then computes with nothing in flight). The head merge (bit
 /// 1) merges the records; the block has no counters.
-template <int kDimLanes, class T>
+///
+/// kHd, kGroup (variant bit 256; 0: read from s): the kernel built for one head_dim (32 x
+/// kDimLanes) and one GQA group (2 or 4), the same arithmetic in the same order. ncu of
+/// the generic build at 128K (8B shape) found 58% of its issue slots busy and IMAD, ISETP,
+/// IADD3 and LEA over 40% of its instructions against 14% FFMA: each 16-byte copy a
+/// division by the row's pieces, the score passes' query addresses and dims' bounds
+/// recomputed from the runtime head_dim and group, the value chains' second head tested in
+/// the loop. Built for the shape, those fold to shifts and immediate offsets.
+template <int kDimLanes, class T, int kHd = 0, int kGroup = 0>
 __global__ void __launch_bounds__(kFastThreads, 2)
     attention_stream_kernel(AttentionShape s, PagedPool pool, AttentionBatch b, int32_t per_row) {
   ChunkTask task;
@@ -548,8 +564,9 @@ __global__ void __launch_bounds__(kFastThreads, 2)
   const int32_t y = blockIdx.y, chunks = attention_chunks(task.r.keys);
   if (y >= chunks) return;
   const int32_t mine = (chunks - y + per_row - 1) / per_row;  // chunks y, y + per_row, ...
-  task.hd = s.head_dim;
-  task.group = s.num_heads / s.num_kv_heads;
+  static_assert(kHd == 0 || (kHd == 32 * kDimLanes && kGroup == 4));
+  task.hd = kHd != 0 ? kHd : s.head_dim;
+  task.group = kGroup != 0 ? kGroup : s.num_heads / s.num_kv_heads;
   const int32_t hd = task.hd, group = task.group;
   const int tid = threadIdx.x;
   constexpr int kVec = kVecElems<T>;
@@ -601,7 +618,8 @@ __global__ void __launch_bounds__(kFastThreads, 2)
   const int pairs = hd / 2, hparts = group < 2 ? group : 2;
   const bool sums = tid < pairs * hparts;
   const int d = 2 * (tid % pairs), g0 = tid / pairs, g1 = g0 + 2;
-  const bool two = g1 < group;
+  // A summing thread's second head: every one's with a group of 4.
+  const bool two = kGroup == 4 || g1 < group;
   for (int32_t i = 0; i < mine; ++i) {
     task.chunk = chunk_of(i);
     const int32_t count = count_of(i);
@@ -611,15 +629,15 @@ __global__ void __launch_bounds__(kFastThreads, 2)
       const T* const tile = next_tile(4 * i + half);
       const auto krow_of = [&](int jl) -> const T* { return tile + (jl - half * kTileKeys) * hd; };
       float kreg[1][kLeanPassKeys][kDimLanes];
-      lean_load_keys<1, kDimLanes>(s, count, krow_of, half, kreg);
-      lean_score_pass<kDimLanes>(s, sh, count, half, kreg[0]);
+      lean_load_keys<1, kDimLanes, kHd>(s, count, krow_of, half, kreg);
+      lean_score_pass<kDimLanes, kHd, kGroup>(s, sh, count, half, kreg[0]);
     }
     __syncthreads();
     chunk_numerators(sh, group, count);
     // Value sums: lean_value_sums' chains over the two value tiles, keys in ascending order.
     float a[2][2] = {};  // a[head part][dim]
     const float* p0 = sh.p[g0 < group ? g0 : 0];
-    const float* p1 = sh.p[two ? g1 : (g0 < group ? g0 : 0)];
+    const float* p1 = sh.p[g1 < group ? g1 : (g0 < group ? g0 : 0)];
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
       const T* const tile = next_tile(4 * i + 2 + half);  // its barrier also shows the numerators
@@ -672,6 +690,12 @@ cudaError_t launch_stream(const AttentionShape& s, const PagedPool& pool, const 
                           cudaStream_t stream, bool& taken) {
   taken = false;
   auto* kernel = attention_stream_kernel<kDimLanes, T>;
+  // Variant bit 256: the build for the 8B and 4B shapes (head_dim 128, groups of 4), the one
+  // measured; FP32 K/V only, as the streaming build.
+  if constexpr (sizeof(T) == 4 && kDimLanes == 4) {
+    if ((attention_variant() & kAttentionStreamTight) != 0 && s.head_dim == 128 && s.num_heads == 4 * s.num_kv_heads)
+      kernel = attention_stream_kernel<kDimLanes, T, 128, 4>;
+  }
   const size_t ring_bytes = size_t{kRingSlots} * kTileKeys * s.head_dim * sizeof(T);
   if (const cudaError_t e = allow_dynamic_shared(kernel, ring_bytes); e != cudaSuccess) return e;
   int64_t slots = 0;
