@@ -140,8 +140,9 @@ constexpr int kAttentionStreamChunks = 1024;
 /// Bit 256 (with bit 1024, head_dim 128 and a GQA group of 4: the 8B and 4B shapes): that
 /// streaming kernel built for the shape, its head_dim and group compile-time constants, so
 /// its copies, query addresses and bounds tests fold and its score passes sum by the
-/// select-free reduce-scatter (the same arithmetic; kernels/cuda/README.md "Eighteenth
-/// session, chunk").
+/// select-free reduce-scatter (the same arithmetic), for FP32 K/V and, in a four-slot ring
+/// of 16 KB tiles, BF16 K/V (which 1024 alone leaves to bit 8's kernel; kernels/cuda/README.md
+/// "Eighteenth session, chunk").
 constexpr int kAttentionStreamTight = 256;
 constexpr int kAttentionUsedBits = 255 | kAttentionStreamTight | kAttentionStreamChunks;
 constexpr int kAttentionVariants = 2048;

@@ -505,6 +505,10 @@ constexpr int kTileKeys = C / kLeanPasses;
 /// the largest shared-memory carveout, under which the step's other kernels run slower
 /// (kernels/cuda/README.md "Seventeenth session, chunk").
 constexpr int kRingSlots = 2;
+/// BF16 K/V (bit 256 only): 16 KB tiles, so four slots hold the FP32 ring's 64 KB and keep
+/// three tiles in flight while one is used.
+template <class T>
+constexpr int kRingSlotsOf = sizeof(T) == 4 ? kRingSlots : 4;
 static_assert(kLeanPasses == 2 && kTileKeys == 64);
 
 /// Shared memory of a streaming block besides its ring: the group's queries (groups up to
@@ -570,6 +574,7 @@ __global__ void __launch_bounds__(kFastThreads, 2)
   const int32_t hd = task.hd, group = task.group;
   const int tid = threadIdx.x;
   constexpr int kVec = kVecElems<T>;
+  constexpr int kSlots = kRingSlotsOf<T>;
   const int vecs = hd / kVec;  // 16-byte pieces a key row
   const int tile_elems = kTileKeys * hd;
   T* const ring = reinterpret_cast<T*>(staged_values);
@@ -577,15 +582,15 @@ __global__ void __launch_bounds__(kFastThreads, 2)
   const auto chunk_of = [&](int32_t i) { return y + i * per_row; };
   const auto count_of = [&](int32_t i) { return min(C, task.r.keys - chunk_of(i) * C); };
   // Tile t: chunk t / 4 of this block, part t % 4 (keys low, keys high, values low, values
-  // high), into ring slot t % kRingSlots; one commit group a tile, empty past the last, so
-  // a wait for tile t leaves exactly the kRingSlots - 2 later tiles' groups in flight.
+  // high), into ring slot t % kSlots; one commit group a tile, empty past the last, so
+  // a wait for tile t leaves exactly the kSlots - 2 later tiles' groups in flight.
   const auto issue = [&](int32_t t) {
     const int32_t i = t / 4;
     if (i < mine) {
       const int part = t % 4, half = part & 1;
       const int n = min(kTileKeys, count_of(i) - half * kTileKeys);
       const T* const* rows = (part < 2 ? sh.krow[i & 1] : sh.vrow[i & 1]) + half * kTileKeys;
-      T* const to = ring + (t % kRingSlots) * tile_elems;
+      T* const to = ring + (t % kSlots) * tile_elems;
       for (int e = tid; e < n * vecs; e += kFastThreads) copy_async16(to + e * kVec, rows[e / vecs] + (e % vecs) * kVec);
     }
     copy_async_commit();
@@ -599,7 +604,7 @@ __global__ void __launch_bounds__(kFastThreads, 2)
   stream_rows(pool, b, sh, task.r, task.kvh, hd, chunk_of(0), 0, 0);
   __syncthreads();
 #pragma unroll
-  for (int t = 0; t + 1 < kRingSlots; ++t) issue(t);
+  for (int t = 0; t + 1 < kSlots; ++t) issue(t);
   if (early) detail::wait_for_prerequisite_grid();
   if (mine > 1) stream_rows(pool, b, sh, task.r, task.kvh, hd, chunk_of(1), 1, C);
   {
@@ -608,12 +613,12 @@ __global__ void __launch_bounds__(kFastThreads, 2)
   }
   // Waits for tile t (this thread's copies, then everyone's through the barrier, which
   // also shows that every thread is done with tile t - 1), then refills tile t - 1's slot
-  // with tile t + kRingSlots - 1.
+  // with tile t + kSlots - 1.
   const auto next_tile = [&](int32_t t) -> const T* {
-    copy_async_wait_prior<kRingSlots - 2>();
+    copy_async_wait_prior<kSlots - 2>();
     __syncthreads();
-    issue(t + kRingSlots - 1);
-    return ring + (t % kRingSlots) * tile_elems;
+    issue(t + kSlots - 1);
+    return ring + (t % kSlots) * tile_elems;
   };
   const int pairs = hd / 2, hparts = group < 2 ? group : 2;
   const bool sums = tid < pairs * hparts;
@@ -691,12 +696,12 @@ cudaError_t launch_stream(const AttentionShape& s, const PagedPool& pool, const 
   taken = false;
   auto* kernel = attention_stream_kernel<kDimLanes, T>;
   // Variant bit 256: the build for the 8B and 4B shapes (head_dim 128, groups of 4), the one
-  // measured; FP32 K/V only, as the streaming build.
-  if constexpr (sizeof(T) == 4 && kDimLanes == 4) {
+  // measured; FP32 and BF16 K/V.
+  if constexpr (kDimLanes == 4) {
     if ((attention_variant() & kAttentionStreamTight) != 0 && s.head_dim == 128 && s.num_heads == 4 * s.num_kv_heads)
       kernel = attention_stream_kernel<kDimLanes, T, 128, 4>;
   }
-  const size_t ring_bytes = size_t{kRingSlots} * kTileKeys * s.head_dim * sizeof(T);
+  const size_t ring_bytes = size_t{kRingSlotsOf<T>} * kTileKeys * s.head_dim * sizeof(T);
   if (const cudaError_t e = allow_dynamic_shared(kernel, ring_bytes); e != cudaSuccess) return e;
   int64_t slots = 0;
   if (const cudaError_t e = resident_blocks(kernel, ring_bytes, slots); e != cudaSuccess) return e;
@@ -735,11 +740,15 @@ cudaError_t launch_chunks(const AttentionShape& s, const PagedPool& pool, const 
     // Bit 16 with it: three blocks an SM (40 registers, the static arrays for 4 heads).
     if ((variant & kAttentionLeanChunk) != 0 && per_thread <= 1 && stage && s.num_heads / s.num_kv_heads <= 4) {
       kernel = attention_chunk_kernel<kDimLanes, 1, T, 2, true>;
-      // Bit 1024 with it: the streaming build, FP32 K/V only (with BF16 it was slower alone
-      // at 8K-128K); its keys are staged too, so their rows must take 16-byte copies, and
-      // the head merge merges its records.
-      if ((variant & kAttentionStreamChunks) != 0 && (variant & kAttentionThreeBlocks) == 0 && sizeof(T) == 4 &&
-          b.counters == nullptr && aligned16(pool.k) && aligned16(b.k) && aligned16(pool.ring_k)) {
+      // Bit 1024 with it: the streaming build, FP32 K/V only (with BF16 the generic build
+      // was slower alone at 8K-128K), BF16 too in the build for the shape (bit 256: faster
+      // alone and in the step); its keys are staged too, so their rows must take 16-byte
+      // copies, and the head merge merges its records.
+      const bool tight = (variant & kAttentionStreamTight) != 0 && s.head_dim == 128 &&
+                         s.num_heads == 4 * s.num_kv_heads;
+      if ((variant & kAttentionStreamChunks) != 0 && (variant & kAttentionThreeBlocks) == 0 &&
+          (sizeof(T) == 4 || tight) && b.counters == nullptr && aligned16(pool.k) && aligned16(b.k) &&
+          aligned16(pool.ring_k)) {
         bool taken = false;
         const cudaError_t e = launch_stream<kDimLanes, T>(s, pool, b, stream, taken);
         if (e != cudaSuccess || taken) return e;
