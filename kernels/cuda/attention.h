@@ -141,8 +141,9 @@ constexpr int kAttentionStreamChunks = 1024;
 /// streaming kernel built for the shape, its head_dim and group compile-time constants, so
 /// its copies, query addresses and bounds tests fold and its score passes sum by the
 /// select-free reduce-scatter (the same arithmetic), for FP32 K/V and, in a four-slot ring
-/// of 16 KB tiles, BF16 K/V (which 1024 alone leaves to bit 8's kernel; kernels/cuda/README.md
-/// "Eighteenth session, chunk").
+/// of 16 KB tiles, BF16 K/V (which 1024 alone leaves to bit 8's kernel); with bit 1, for decode
+/// steps of 256 chunks (32K keys) or more, the head merge as a block per (row, query head, 32
+/// dims) that copies its records in batches (kernels/cuda/README.md "Eighteenth session, chunk").
 constexpr int kAttentionStreamTight = 256;
 constexpr int kAttentionUsedBits = 255 | kAttentionStreamTight | kAttentionStreamChunks;
 constexpr int kAttentionVariants = 2048;
