@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,6 +60,10 @@ struct VerifierState {
   std::vector<ForwardWindow> windows;
   std::vector<std::vector<int32_t>> window_tokens;
   std::vector<std::vector<float>> q_rows;
+  /// Sampled verdicts asked of the target (ForwardModel::computes_sampled_verdicts): per
+  /// round item, its request and uniforms (drawn from a copy of the item's Rng).
+  std::vector<SampledVerdictRequest> verdicts;
+  std::vector<std::vector<double>> verdict_u;
   /// Drafts read from the drafter's device by the forward: where, and whose (item, draft).
   std::vector<ForwardModel::PlacedToken> placed;
   std::vector<std::pair<size_t, size_t>> placed_drafts;
@@ -268,8 +273,48 @@ void fill_placed_drafts(VerifierState& st, RoundBatch& b) {
   }
 }
 
+/// Whether item `it`'s verdict can be asked of the target with its logits rows
+/// (SampledVerdictRequest): sampled at a pure temperature, drafts on the host, no
+/// provisional tokens, each draft with q(d) > 0 (accept_sampling reports the others).
+bool verdict_on_target(const RoundItem& it, const TensorView& q, int32_t vocab) {
+  const cpu::SamplingParams& p = it.sampling;
+  if (p.temperature == 0.0f || !std::isfinite(p.temperature) || p.top_k != 0 || p.top_p < 1.0f) return false;
+  if (!it.provisional.empty() || it.device_drafts.ids != nullptr) return false;
+  for (const int32_t d : it.drafts)
+    if (d < 0 || d >= vocab) return false;
+  if (it.q_row < 0) return true;
+  if (q.shape.size() != 2 || q.shape[1] != vocab) return false;
+  for (size_t d = 0; d < it.drafts.size(); ++d)
+    if (!(q.as<float>()[(it.q_row + static_cast<int64_t>(d)) * vocab + it.drafts[d]] > 0.0f)) return false;
+  return true;
+}
+
+/// Asks the target for `it`'s sampled verdict on its window: the uniforms are the next
+/// drafts + 1 of its Rng (a copy: the verdict says how many it used).
+void ask_verdict(VerifierState& st, size_t i, RoundItem& it, const TensorView& q, int32_t vocab) {
+  Rng ahead = it.rng;
+  std::vector<double>& u = st.verdict_u[i];
+  u.resize(it.drafts.size() + 1);
+  for (double& x : u) x = ahead.uniform();
+  st.verdicts[i] = {it.layout().verdict_row(), it.drafts,
+                    it.q_row >= 0 ? q.as<float>() + it.q_row * static_cast<int64_t>(vocab) : nullptr, u,
+                    it.sampling.temperature};
+  st.windows.back().verdict = &st.verdicts[i];
+}
+
 void verify(VerifierState& st, RoundBatch& b) {
   Stopwatch clock;
+  // Sampled verdicts where the target's rows are: the draft distributions are read
+  // before the forward then (on the host; a host consumer waits for the producer).
+  const bool target_verdicts = st.deps.target->computes_sampled_verdicts() &&
+                               std::any_of(b.items.begin(), b.items.end(), [](const RoundItem& it) {
+                                 return it.error.empty() && it.sampling.temperature != 0.0f;
+                               });
+  const int32_t vocab = st.deps.target->config().vocab_size;
+  TensorView q_early;
+  if (target_verdicts && !b.q.empty()) q_early = b.q.acquire(Stream{});
+  st.verdicts.assign(b.items.size(), {});
+  st.verdict_u.resize(b.items.size());
   st.windows.clear();
   st.window_tokens.assign(b.items.size(), {});
   std::vector<size_t> owner;
@@ -285,6 +330,7 @@ void verify(VerifierState& st, RoundBatch& b) {
       st.window_tokens[i] = it.window();
       // Greedy verdicts need each row's argmax only (a device returns just those).
       st.windows.push_back({it.seq, st.window_tokens[i], LogitsMode::all, -1, it.sampling.temperature == 0.0f});
+      if (target_verdicts && verdict_on_target(it, q_early, vocab)) ask_verdict(st, i, it, q_early, vocab);
       // Owned before its view is prepared: an error there fails this item too (it once
       // went on without a verdict, its next token -1, into both models' next forwards).
       owner.push_back(i);
@@ -310,7 +356,7 @@ void verify(VerifierState& st, RoundBatch& b) {
   }
   // The draft distributions were produced on the draft actor's stream; they are read
   // here on the host (a host consumer waits for the producer's event).
-  const TensorView q = b.q.empty() ? TensorView{} : b.q.acquire(Stream{});
+  const TensorView q = b.q.empty() || target_verdicts ? q_early : b.q.acquire(Stream{});
   for (size_t w = 0; w < owner.size(); ++w) {
     RoundItem& it = b.items[owner[w]];
     // Rows of recomputed tokens only rebuild their K/V; the verdict starts at pending.
@@ -322,13 +368,20 @@ void verify(VerifierState& st, RoundBatch& b) {
         // SpecPV exact mode: provisional tokens are judged first, like drafts.
         v = accept_greedy_ids(it.chain(), [&](int32_t i) { return st.logits.argmax(w, first + i); },
                               st.logits.vocab());
+      } else if (const SampledVerdict* sv = st.logits.verdict(w); sv && st.windows[w].verdict) {
+        // Judged on the target's device: its Rng goes on by the uniforms the verdict used.
+        v.accepted = sv->accepted;
+        v.next_token = sv->next_token;
+        const size_t used = v.accepted == static_cast<int32_t>(it.drafts.size()) ? it.drafts.size() + 1
+                                                                                 : static_cast<size_t>(v.accepted) + 2;
+        for (size_t k = 0; k < used; ++k) it.rng.uniform();
       } else {
         st.q_rows.assign(it.drafts.size(), {});
         if (it.q_row >= 0) {
-          const int64_t vocab = q.shape[1];
+          const int64_t q_vocab = q.shape[1];
           for (size_t d = 0; d < it.drafts.size(); ++d) {
-            const float* src = q.as<float>() + (it.q_row + static_cast<int64_t>(d)) * vocab;
-            st.q_rows[d].assign(src, src + vocab);
+            const float* src = q.as<float>() + (it.q_row + static_cast<int64_t>(d)) * q_vocab;
+            st.q_rows[d].assign(src, src + q_vocab);
           }
         }
         v = accept_sampling(it.drafts, row, st.q_rows, it.sampling, it.rng);

@@ -30,6 +30,7 @@ void Logits::assign(const std::vector<std::vector<float>>& rows) {
   ids_.clear();
   first_.clear();
   rows_.clear();
+  verdicts_.clear();
   for (const auto& r : rows) {
     if (static_cast<int32_t>(r.size()) != vocab_) fail(ErrorCode::internal, "logits rows of different sizes");
     first_.push_back(static_cast<int64_t>(rows_.size()));
@@ -41,6 +42,7 @@ void Logits::assign(const std::vector<std::vector<float>>& rows) {
 void Logits::layout(int32_t vocab, std::span<const int32_t> rows_per_window) {
   vocab_ = vocab;
   first_.clear();
+  verdicts_.clear();
   rows_.assign(rows_per_window.begin(), rows_per_window.end());
   int64_t total = 0;
   for (const int32_t r : rows_) {

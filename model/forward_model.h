@@ -64,6 +64,29 @@ class QueryTap {
                              int32_t /*blocks*/) {}
 };
 
+/// A sampled verify window's verdict asked of the backend that holds its logits rows
+/// (ForwardModel::computes_sampled_verdicts): rejection sampling at a pure temperature
+/// (top_k 0, top_p 1), accept_sampling's verdict (pipeline/acceptance.h) with the uniforms
+/// its Rng would give, in that order. Draft i is judged by the window's logits row
+/// first_row + i, the bonus by row first_row + drafts.size(). All host memory, read
+/// during the forward call.
+struct SampledVerdictRequest {
+  int32_t first_row = 0;
+  std::span<const int32_t> drafts;
+  /// The draft distributions, drafts.size() rows of the vocabulary (null: point masses on
+  /// the drafts, as empty q rows in accept_sampling). Each q(draft) > 0 (the caller checks).
+  const float* q = nullptr;
+  std::span<const double> u;  ///< drafts.size() + 1 uniforms: the most a verdict draws
+  float temperature = 1.0f;   ///< > 0
+};
+
+/// The verdict of a SampledVerdictRequest: drafts accepted and the correction or bonus
+/// token. Its Rng advances by accepted + 2 when a draft was rejected, else drafts + 1.
+struct SampledVerdict {
+  int32_t accepted = 0;
+  int32_t next_token = -1;
+};
+
 struct ForwardWindow {
   SeqId seq;
   std::span<const int32_t> tokens;  ///< the window's new tokens (n >= 1)
@@ -80,6 +103,10 @@ struct ForwardWindow {
   const PrefixView* view = nullptr;
   /// Told this window's queries in every layer (null: nobody).
   QueryTap* query_tap = nullptr;
+  /// A backend that computes sampled verdicts (ForwardModel::computes_sampled_verdicts)
+  /// answers this one in Logits::verdict; such a window needs no rows back (as ids_only).
+  /// Others ignore it. Null: no verdict asked.
+  const SampledVerdictRequest* verdict = nullptr;
 };
 
 /// Logits of one forward: rows [vocab] for the positions asked, window by window.
@@ -95,6 +122,16 @@ class Logits {
   int32_t argmax(size_t w, int32_t i = 0) const;
   /// Whether the rows themselves are present (false after an ids-only forward).
   bool has_rows() const { return ids_.empty(); }
+  /// Window w's sampled verdict when the backend computed it (ForwardWindow::verdict),
+  /// else null.
+  const SampledVerdict* verdict(size_t w) const {
+    return w < verdicts_.size() && verdicts_[w].next_token >= 0 ? &verdicts_[w] : nullptr;
+  }
+  /// For backends, after prepare / prepare_ids: window w's verdict.
+  void set_verdict(size_t w, SampledVerdict v) {
+    if (verdicts_.size() < rows_.size()) verdicts_.resize(rows_.size());
+    verdicts_[w] = v;
+  }
   /// Replaces the contents with one row per window (equal sizes).
   void assign(const std::vector<std::vector<float>>& rows);
   /// For backends: lays out `rows_per_window[w]` rows of `vocab` floats per window and
@@ -109,6 +146,7 @@ class Logits {
   int32_t vocab_ = 0;
   std::vector<float> data_;
   std::vector<int32_t> ids_;  // ids-only forwards: one per row
+  std::vector<SampledVerdict> verdicts_;  // per window; next_token -1: none
   std::vector<int64_t> first_;  // first row of each window
   std::vector<int32_t> rows_;   // rows of each window
 };
@@ -237,6 +275,10 @@ class ForwardModel {
   /// model runs without a host round trip per token. Longer chains give the same tokens,
   /// one host step at a time (slower, never wrong). CPU: no limit.
   virtual int32_t max_chain_steps() const { return INT32_MAX; }
+  /// Whether forward answers ForwardWindow::verdict (a device backend: the rows stay on
+  /// the device and only the verdicts come back). Default: no, the caller judges the
+  /// rows itself.
+  virtual bool computes_sampled_verdicts() const { return false; }
 
   /// Runs every window through the model. Preconditions (checked, see window_starts):
   /// each window's sequence has reserved [start, start + n) in `kv`. The windows' K/V go

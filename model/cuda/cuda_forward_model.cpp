@@ -123,9 +123,11 @@ HostMemoryAllocator* CudaForwardModel::host_memory_allocator() { return &cuda::p
 
 void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                                Logits& out) {
-  // Greedy-only forwards bring back each row's argmax alone (computed on the device).
+  // Greedy-only forwards bring back each row's argmax alone (computed on the device);
+  // so do sampled windows judged on the device (only their verdicts come back).
+  const bool verdicts = computes_sampled_verdicts();
   bool ids_only = true;
-  for (const ForwardWindow& w : windows) ids_only = ids_only && w.ids_only;
+  for (const ForwardWindow& w : windows) ids_only = ids_only && (w.ids_only || (verdicts && w.verdict != nullptr));
   model_->set_copy_logits(!ids_only);
   // A staging sink (NWOR) takes the round's rows instead of the pool.
   const bool staged = sink.stages_rows();
@@ -134,6 +136,9 @@ void CudaForwardModel::forward(std::span<const ForwardWindow> windows, const KvS
   rows_.clear();
   for (size_t w = 0; w < windows.size(); ++w) rows_.push_back(logits_.rows(w));
   copy_logits(ids_only, out);
+  const std::vector<SampledVerdict>& judged = logits_.verdicts();
+  for (size_t w = 0; w < judged.size(); ++w)
+    if (judged[w].next_token >= 0) out.set_verdict(w, judged[w]);
   // The rows are in the device pool already (the sink counts them) or staged.
   std::vector<int32_t> starts, counts;
   for (const ForwardWindow& w : windows) {

@@ -67,6 +67,10 @@ class CudaForwardModel final : public ForwardModel {
   void prefill_layerwise(SeqId seq, std::span<const int32_t> prompt, const KvStore& kv, Logits& out) override;
   int32_t max_forward_tokens() const override { return model_->max_tokens(); }
   int32_t max_chain_steps() const override { return CudaTransformer::kMaxChainSteps; }
+  /// Sampled verify windows judged where their rows are (CudaTransformer's
+  /// rejection_sample after the forward); not with the fused step, whose logits rows
+  /// stay unwritten unless copied back.
+  bool computes_sampled_verdicts() const override { return !model_->fused_step_active(); }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink,
                Logits& out) override;
   /// The chain on the device (CudaTransformer::forward_greedy_chain) up to its step

@@ -55,10 +55,14 @@ class CudaLogits {
   int32_t argmax(size_t w, int32_t i = 0) const;
   int32_t rows(size_t w) const { return rows_[w]; }
   size_t windows() const { return rows_.size(); }
+  /// Per window: its sampled verdict when it asked one (ForwardWindow::verdict), else
+  /// next_token -1. Empty when no window asked.
+  const std::vector<SampledVerdict>& verdicts() const { return verdicts_; }
 
  private:
   friend class CudaTransformer;
   int32_t vocab_ = 0;
+  std::vector<SampledVerdict> verdicts_;
   std::vector<float> data_;
   std::vector<int32_t> argmax_;
   std::vector<int64_t> first_;
@@ -392,6 +396,12 @@ class CudaTransformer {
   /// Throws Error(invalid_argument) for a token outside the plan's windows.
   static const int32_t* place_planned_tokens(cuda::ForwardPlan& plan,
                                              std::span<const ForwardModel::PlacedToken> placed);
+  /// forward()'s sampled verdicts (ForwardWindow::verdict), after the steps: the windows'
+  /// drafts, uniforms and q rows up in one copy, cuda::rejection_sample over the logits
+  /// rows where they are (one launch per run of windows of one temperature), the
+  /// verdicts into the pinned buffer. Returns how many windows asked.
+  int32_t enqueue_verdicts(std::span<const ForwardWindow> windows, const cuda::ForwardPlan& plan);
+  size_t verdict_out_at_ = 0;  ///< where enqueue_verdicts' verdicts land in verdict_host
   /// After the sync: the ids (and logits rows) from the pinned buffer into `out` / chain_ids_.
   void read_results(const cuda::ForwardPlan& plan, CudaLogits& out);
   /// A launched chain still on the device: waits for it (no sync when its event is

@@ -66,6 +66,10 @@ struct TransformerState {
   // and their pinned copy.
   DeviceBuffer sample_params, chain_q;
   PinnedBuffer sample_host, chain_q_host;
+  // Sampled verdicts (CudaTransformer::enqueue_verdicts): window descriptors, draft ids,
+  // uniforms, q rows, then the verdicts; staged in the pinned twin (grown as needed).
+  DeviceBuffer verdict_dev;
+  PinnedBuffer verdict_host;
   cublasLtHandle_t lt = nullptr;
   LtGemm g_qkv, g_o, g_gate_up, g_down, g_head;
   int32_t num_blocks = 0, block_size = 0;

@@ -20,6 +20,7 @@ class ForwardingModel : public ForwardModel {
   }
   DType kv_dtype() const override { return inner_->kv_dtype(); }
   int32_t max_forward_tokens() const override { return inner_->max_forward_tokens(); }
+  bool computes_sampled_verdicts() const override { return inner_->computes_sampled_verdicts(); }
   RingStats ring_stats() const override { return inner_->ring_stats(); }
   bool land_host_copies(const KvStore& kv) override { return inner_->land_host_copies(kv); }
   void join_next_forward(const Event& e) override { inner_->join_next_forward(e); }

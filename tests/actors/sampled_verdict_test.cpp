@@ -1,0 +1,97 @@
+// Sampled verdicts asked of the target (ForwardModel::computes_sampled_verdicts, the
+// CUDA model's rejection_sample over its logits rows): the verifier sends each sampled
+// window's drafts, draft distributions and the next drafts + 1 uniforms of its Rng, takes
+// the verdict back and moves the Rng on by what the verdict used. A target that answers
+// with accept_sampling's own arithmetic must then give the tokens of an engine that
+// judges on the host, bit for bit, request by request. On a device
+// (SPECPIPE_TEST_DEVICE) the engine it is compared with judges with rejection_sample:
+// the same tokens then say the device's verdicts are the host's on these rounds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <vector>
+
+#include "actors/pipeline_builder.h"
+#include "kernels/cpu/sampling.h"
+#include "tests/support/engine.h"
+#include "tests/support/forwarding_model.h"
+#include "tests/support/golden.h"
+
+namespace specpipe {
+namespace {
+
+/// accept_sampling's verdict (pipeline/acceptance.cpp) from the uniforms given.
+SampledVerdict judge(const SampledVerdictRequest& r, const Logits& out, size_t w) {
+  const cpu::SamplingParams params{r.temperature, 0, 1.0f};
+  const auto V = static_cast<size_t>(out.vocab());
+  const auto drafts = static_cast<int32_t>(r.drafts.size());
+  std::vector<float> p, residual;
+  for (int32_t i = 0; i < drafts; ++i) {
+    cpu::sampling_distribution(out.row(w, r.first_row + i), params, p);
+    const auto d = static_cast<size_t>(r.drafts[static_cast<size_t>(i)]);
+    const float* q = r.q ? r.q + static_cast<size_t>(i) * V : nullptr;
+    if (r.u[static_cast<size_t>(i)] < double{p[d]} / (q ? double{q[d]} : 1.0)) continue;
+    residual = p;
+    for (size_t t = 0; t < V; ++t) residual[t] = q ? std::max(0.0f, p[t] - q[t]) : (t == d ? 0.0f : p[t]);
+    const bool any = std::any_of(residual.begin(), residual.end(), [](float x) { return x > 0.0f; });
+    return {i, cpu::sample_from(any ? residual : p, r.u[static_cast<size_t>(i) + 1])};
+  }
+  cpu::sampling_distribution(out.row(w, r.first_row + drafts), params, p);
+  return {drafts, cpu::sample_from(p, r.u[static_cast<size_t>(drafts)])};
+}
+
+/// The pipeline's target answering sampled verdicts itself, as a device model does.
+class JudgingTarget final : public test::ForwardingModel {
+ public:
+  using ForwardingModel::ForwardingModel;
+  bool computes_sampled_verdicts() const override { return true; }
+  void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink, Logits& out) override {
+    // The rows of the windows asked to judge come back (a device model would judge them
+    // itself: under SPECPIPE_TEST_DEVICE the test compares its verdicts with these).
+    std::vector<ForwardWindow> plain(windows.begin(), windows.end());
+    for (ForwardWindow& w : plain) w.verdict = nullptr;
+    inner_->forward(plain, kv, sink, out);
+    for (size_t w = 0; w < windows.size(); ++w)
+      if (const SampledVerdictRequest* r = windows[w].verdict) {
+        out.set_verdict(w, judge(*r, out, w));
+        ++verdicts;
+      }
+  }
+  std::atomic<int> verdicts{0};
+};
+
+TEST(SampledVerdicts, TheTargetsVerdictsGiveTheTokensOfTheHostsAcceptance) {
+  const auto prompt = test::ids(test::golden_public()["cases"][11]["prompt_ids"]);
+  auto request = [&](uint64_t seed, int32_t top_k) {
+    actors::RequestSpec r = test::greedy_request(prompt, 24, 4);
+    r.params.sampling = {0.8f, top_k, 1.0f};
+    r.params.seed = seed;
+    return r;
+  };
+  PipelineConfig config = test::demo_engine_config(4);
+  config.kv.tokens = 2048;  // one request at a time: a small store is quick to make
+  actors::Engine host(config);
+  actors::PipelineParts parts = actors::load_pipeline(config);
+  auto target = std::make_shared<JudgingTarget>(parts.target);
+  parts.target = target;
+  actors::Engine judged(std::move(parts), 1);
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    const actors::Completion want = host.generate(request(seed, 0));
+    const actors::Completion got = judged.generate(request(seed, 0));
+    ASSERT_EQ(want.tokens.size(), 24u) << want.error;
+    EXPECT_EQ(got.tokens, want.tokens) << "seed " << seed << " " << got.error;
+  }
+  const int asked = target->verdicts.load();
+  EXPECT_GT(asked, 0) << "no verdict was asked of the target";
+  // top-k needs the host's sort: judged there, the target is not asked.
+  const actors::Completion want = host.generate(request(9, 8));
+  const actors::Completion got = judged.generate(request(9, 8));
+  EXPECT_EQ(got.tokens, want.tokens) << got.error;
+  EXPECT_EQ(target->verdicts.load(), asked);
+  const SpecStats st = judged.stats();
+  EXPECT_LT(st.accepted, st.proposed) << "no rejection: the corrections were never judged";
+}
+
+}  // namespace
+}  // namespace specpipe
