@@ -7,7 +7,9 @@
 namespace specpipe::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+// 1024 threads a row: each row is one block, and its passes are latency-bound (a few
+// warps on one SM wait on every load and division); 32 warps hide 4x more of it.
+constexpr int kThreads = 1024;
 
 /// Softmax parameters of one row: p_t = exp(l_t * inv_t - max) / sum.
 struct RowSoftmax {
@@ -17,8 +19,37 @@ struct RowSoftmax {
   __device__ float p(float logit) const { return static_cast<float>(expf(logit * inv_t - max) / sum); }
 };
 
+/// A thread's share of the prefix sums of the threads' v in thread order: the sum before
+/// it, the sum through it, and the total. Fixed order (a warp scan, then the warps in
+/// order), and consistent: a thread's `end` is the next thread's `before` bit for bit
+/// (the same two operands), and the last thread's `end` is `total`, so exactly one
+/// segment can hold a crossing of the cumulative sum.
+struct Prefix {
+  double before, end, total;
+};
+__device__ Prefix block_prefix_double(double v) {
+  __shared__ double warps[kThreads / 32];
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  double incl = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const double up = __shfl_up_sync(detail::kFullMask, incl, o);
+    if (lane >= o) incl = up + incl;
+  }
+  double excl = __shfl_up_sync(detail::kFullMask, incl, 1);
+  if (lane == 0) excl = 0;
+  if (lane == 31) warps[warp] = incl;
+  __syncthreads();
+  double offset = 0, acc = 0;
+  for (int w = 0; w < kThreads / 32; ++w) {
+    if (w == warp) offset = acc;
+    acc += warps[w];
+  }
+  __syncthreads();  // warps may be reused at once
+  return {lane == 0 ? offset : offset + excl, offset + incl, acc};
+}
+
 /// Max and sum of one row, every thread gets them. Each thread sums a contiguous segment
-/// (fixed order), then the segments are added in thread order.
+/// (fixed order), then the segments are added in a fixed order (block_prefix_double).
 __device__ RowSoftmax row_softmax(const float* row, int32_t vocab, float inv_t) {
   __shared__ float fscratch[kThreads / 32];
   float mx = -INFINITY;
@@ -28,22 +59,15 @@ __device__ RowSoftmax row_softmax(const float* row, int32_t vocab, float inv_t) 
   const int32_t lo = threadIdx.x * seg, hi = min(vocab, lo + seg);
   double s = 0;
   for (int32_t t = lo; t < hi; ++t) s += expf(row[t] * inv_t - mx);
-  // Segment sums in thread order: gather them and let every thread add in order.
-  __shared__ double segs[kThreads];
-  segs[threadIdx.x] = s;
-  __syncthreads();
-  double total = 0;
-  for (int i = 0; i < kThreads; ++i) total += segs[i];
-  __syncthreads();
-  return {inv_t, mx, total};
+  return {inv_t, mx, block_prefix_double(s).total};
 }
 
 /// Inverse-CDF draw over weights w(t) (>= 0) computed by `weight`: the first t whose
 /// cumulative weight exceeds u * total, skipping zeros; the last positive t if rounding
-/// leaves none. Every thread gets the token. Segments as in row_softmax.
+/// leaves none. Every thread gets the token. Segments as in row_softmax, their prefix
+/// sums by block_prefix_double.
 template <typename Weight>
 __device__ int32_t draw(int32_t vocab, double u, Weight weight) {
-  __shared__ double segs[kThreads];
   __shared__ int32_t found, last_positive;
   const int32_t seg = (vocab + kThreads - 1) / kThreads;
   const int32_t lo = threadIdx.x * seg, hi = min(vocab, lo + seg);
@@ -56,22 +80,16 @@ __device__ int32_t draw(int32_t vocab, double u, Weight weight) {
       last = t;
     }
   }
-  segs[threadIdx.x] = s;
   if (threadIdx.x == 0) {
     found = -1;
     last_positive = -1;
   }
-  __syncthreads();
+  const Prefix sums = block_prefix_double(s);  // its syncs order the reset above
   if (last >= 0) atomicMax(&last_positive, last);
-  double before = 0, total = 0;
-  for (int i = 0; i < kThreads; ++i) {
-    if (i < static_cast<int>(threadIdx.x)) before += segs[i];
-    total += segs[i];
-  }
-  const double target = u * total;
+  const double target = u * sums.total;
   // The one segment where the cumulative sum crosses the target walks its tokens.
-  if (s > 0 && before + s > target && !(before > target)) {
-    double cum = before;
+  if (s > 0 && sums.end > target && !(sums.before > target)) {
+    double cum = sums.before;
     for (int32_t t = lo; t < hi; ++t) {
       const float w = weight(t);
       if (w <= 0.0f) continue;
@@ -88,14 +106,16 @@ __device__ int32_t draw(int32_t vocab, double u, Weight weight) {
   return token;
 }
 
-__global__ void softmax_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, float* probs,
+__global__ void __launch_bounds__(kThreads)
+softmax_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, float* probs,
                                int64_t ld_probs) {
   const float* row = logits + blockIdx.x * ld;
   const RowSoftmax sm = row_softmax(row, vocab, inv_t);
   for (int32_t t = threadIdx.x; t < vocab; t += kThreads) probs[blockIdx.x * ld_probs + t] = sm.p(row[t]);
 }
 
-__global__ void sample_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, const double* u,
+__global__ void __launch_bounds__(kThreads)
+sample_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, const double* u,
                               int32_t* out) {
   const float* row = logits + blockIdx.x * ld;
   const RowSoftmax sm = row_softmax(row, vocab, inv_t);
@@ -103,7 +123,8 @@ __global__ void sample_kernel(const float* logits, int64_t ld, int32_t vocab, fl
   if (threadIdx.x == 0) out[blockIdx.x] = token;
 }
 
-__global__ void chain_sample_kernel(const float* logits, int64_t ld, int32_t vocab, const float* inv_t,
+__global__ void __launch_bounds__(kThreads)
+chain_sample_kernel(const float* logits, int64_t ld, int32_t vocab, const float* inv_t,
                                     const double* u, float* q, int64_t ld_q, int32_t* ids) {
   const float it = inv_t[blockIdx.x];
   if (!(it > 0.0f)) return;  // a greedy row: its argmax stays
@@ -111,11 +132,13 @@ __global__ void chain_sample_kernel(const float* logits, int64_t ld, int32_t voc
   const RowSoftmax sm = row_softmax(row, vocab, it);
   float* qrow = q + blockIdx.x * ld_q;
   for (int32_t t = threadIdx.x; t < vocab; t += kThreads) qrow[t] = sm.p(row[t]);
-  const int32_t token = draw(vocab, u[blockIdx.x], [&](int32_t t) { return sm.p(row[t]); });
+  __syncthreads();  // the draw reads other threads' q (the same floats sm.p gives)
+  const int32_t token = draw(vocab, u[blockIdx.x], [&](int32_t t) { return qrow[t]; });
   if (threadIdx.x == 0) ids[blockIdx.x] = token;
 }
 
-__global__ void rejection_kernel(const float* logits, int64_t ld, const float* q, int64_t ld_q,
+__global__ void __launch_bounds__(kThreads)
+rejection_kernel(const float* logits, int64_t ld, const float* q, int64_t ld_q,
                                  const int32_t* draft_ids, const double* u, const RejectionWindow* windows,
                                  int32_t vocab, float inv_t, int32_t* accepted, int32_t* next) {
   const RejectionWindow w = windows[blockIdx.x];

@@ -6,7 +6,8 @@
 /// Scope: temperature sampling. top-k / top-p need a per-row sort; requests that ask for
 /// them use the CPU path (kernels/cpu/sampling.h). Device pointers and a stream; returns
 /// the launch status; nothing synchronised. Sums run in double in a fixed order (a
-/// segment per thread, the segments in thread order), so results are deterministic; they
+/// segment per thread, the segments by a warp butterfly or scan, then the warps in
+/// order), so results are deterministic; they
 /// can differ from the CPU's sequential sums in the last bits, which moves a draw only when
 /// a uniform lands within rounding of a boundary of the cumulative distribution.
 #include <cuda_runtime_api.h>

@@ -236,6 +236,25 @@ void check_sampling(Report& report, cudaStream_t stream, const Options& options)
                              dnext.get(), stream);
     });
     report.timing({{"name", "rejection_sample 8 drafts vocab 151936 (all accepted)"}, {"us", us}});
+    // A sampled draft chain's draw alone at the demo vocabulary (one row, as at one client),
+    // and a verify window of 4 drafts there (all accepted: the longest path).
+    for (const int32_t v : {8192, 151936}) {
+      const auto row = peaky_logits(5, v, 5);
+      DeviceBuffer<float> drow(row), dq(static_cast<size_t>(v)), dt(std::vector<float>{1.0f / 0.8f});
+      DeviceBuffer<double> du1(std::vector<double>{0.5}), du5(std::vector<double>(5, 0.0));
+      DeviceBuffer<int32_t> dids(1), dd4(std::vector<int32_t>(4, 1));
+      const double chain_us = time_us(stream, 10, 200, [&] {
+        cuda::sample_chain_rows(drow.get(), v, 1, v, dt.get(), du1.get(), dq.get(), v, dids.get(), stream);
+      });
+      report.timing({{"name", "sample_chain_rows 1 row vocab " + std::to_string(v)}, {"us", chain_us}});
+      const std::vector<cuda::RejectionWindow> w4{{0, -1, 4, 0, 0}};
+      CUDA_OK(cudaMemcpy(dw.get(), w4.data(), sizeof(cuda::RejectionWindow), cudaMemcpyHostToDevice));
+      const double rej_us = time_us(stream, 10, 200, [&] {
+        cuda::rejection_sample(drow.get(), v, nullptr, v, dd4.get(), du5.get(), dw.get(), 1, v, 0.8f, dacc.get(),
+                               dnext.get(), stream);
+      });
+      report.timing({{"name", "rejection_sample 4 drafts vocab " + std::to_string(v) + " (all accepted)"}, {"us", rej_us}});
+    }
   }
 }
 

@@ -1,9 +1,11 @@
 // specpipe_gpu_generate's timings of the demo pair on the GPU (golden_timing.h).
 #include "tools/gpu/golden_timing.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "pipeline/rng.h"
 #include "tools/gpu/golden_runs.h"
 #include "tools/gpu/tool_support.h"
 
@@ -130,6 +132,43 @@ json golden_timing(CudaTransformer& gt, KvStore& kvt, CudaTransformer& gd, KvSto
     t["draft_chain4_us_per_token"] = median(vc);
     t["context_tokens"] = prompt.size();
   }
+  return t;
+}
+
+json draft_chain_timing(CudaTransformer& gd, KvStore& kvd, const json& cases) {
+  const auto prompt = cases[0]["prompt_ids"].get<std::vector<int32_t>>();
+  CudaLogits lg;
+  gd.set_copy_logits(false);
+  const SeqId sd = kvd.add_sequence(prompt);
+  gpu_prefill(gd, kvd, sd, prompt, LogitsMode::none, lg);
+  kvd.reserve(sd, kvd.length(sd) + 4);
+  const ForwardWindow w{sd, {&prompt.back(), 1}, LogitsMode::last};
+  auto time_us = [&](const std::function<void()>& f) {
+    for (int i = 0; i < 20; ++i) f();  // graphs captured
+    std::vector<double> v;
+    for (int i = 0; i < 300; ++i) {
+      const auto t0 = Clock::now();
+      f();
+      v.push_back(ms_since(t0) * 1e3);
+    }
+    return median(v);
+  };
+  std::vector<int32_t> ids;
+  std::vector<float> q;
+  Rng rng(7);
+  const std::vector<float> temps{0.8f};
+  std::vector<double> u(4);
+  json t;
+  t["step_argmax_us"] = time_us([&] { gd.forward({&w, 1}, kvd, lg); });
+  gd.set_copy_logits(true);
+  t["step_row_to_host_us"] = time_us([&] { gd.forward({&w, 1}, kvd, lg); });
+  gd.set_copy_logits(false);
+  t["greedy_chain4_us"] = time_us([&] { gd.forward_greedy_chain({&w, 1}, 4, kvd, ids); });
+  t["sampled_chain4_us"] = time_us([&] {
+    for (double& x : u) x = rng.uniform();
+    gd.forward_sampled_chain({&w, 1}, 4, {temps, u}, kvd, ids, q);
+  });
+  kvd.release(sd);
   return t;
 }
 

@@ -15,4 +15,10 @@ namespace specpipe::gpu_tool {
 nlohmann::json golden_timing(CudaTransformer& gt, KvStore& kvt, CudaTransformer& gd, KvStore& kvd,
                              const nlohmann::json& cases, int repeat);
 
+/// The draft's decode step and its chains of 4 at batch 1 after case 0's prompt, wall us
+/// (medians of 300, each synchronised): a step with the argmax only and with its logits
+/// row to the host, a greedy chain, a sampled chain at temperature 0.8 (the draws and q
+/// rows on the device, ids and q back).
+nlohmann::json draft_chain_timing(CudaTransformer& gd, KvStore& kvd, const nlohmann::json& cases);
+
 }  // namespace specpipe::gpu_tool

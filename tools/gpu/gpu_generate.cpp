@@ -143,6 +143,7 @@ void golden_report(const GenerateOptions& o, json& report, bool& ok) {
 
   // (g2) a sampled chain (drafts drawn on the device) == the host draw step by step
   report["sampled_chain"] = compare_sampled_chain(gd, kvd, cases, 5, ok);
+  report["draft_chain_timing"] = draft_chain_timing(gd, kvd, cases);
 
   // (h) the qkv GEMM's RoPE + K/V epilogue == the GEMM and qk_norm_rope_kv apart
   if (!o.rope_model_dir.empty()) report["qkv_rope"] = compare_qkv_rope(o.rope_model_dir, cases, o.gpu_options, ok);
