@@ -450,6 +450,22 @@ int32_t ModelDrafter::warm_graphs(int32_t max_gamma) {
     const std::vector<PrefillItem> items{{seq, context}};
     prefill_windows(*model_, kv_, sink, items, prefill_chunk_, logits_);
     kv_.commit(seq, context);
+    // Sampled rounds at a pure temperature draft in chains of their own (propose_chain:
+    // forward_sampled_chain, never ahead), graphed apart from the greedy ones. Longest
+    // first: a device model grows the chain's q buffer at the first, and growing it drops
+    // the graphs captured before.
+    const std::vector<float> temperature{1.0f};
+    for (int32_t gamma = std::min(max_gamma, model_->max_chain_steps()); gamma >= 1; --gamma) {
+      const std::vector<double> uniforms(static_cast<size_t>(gamma), 0.5);
+      for (int32_t feed = 1; feed <= kLongestFeed; ++feed) {
+        const ForwardWindow w{seq, std::span<const int32_t>(tokens).first(static_cast<size_t>(feed)), LogitsMode::last,
+                              -1, true};
+        kv_.reserve(seq, kContext + feed + gamma - 1);
+        twice([&] {
+          model_->forward_sampled_chain({&w, 1}, gamma, {temperature, uniforms}, kv_, sink, chain_ids_, chain_q_);
+        });
+      }
+    }
     for (int32_t gamma = 1; gamma <= max_gamma; ++gamma) {
       const DraftRoundChains rc = draft_round_chains(gamma, draft_ahead_, drafts_on_device_, model_->max_chain_steps());
       for (int32_t feed = 1; feed <= kLongestFeed; ++feed) {

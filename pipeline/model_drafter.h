@@ -80,11 +80,12 @@ class ModelDrafter final : public Drafter {
   /// strategy that never drafts for one costs it no draft prefill.
   void prefill_when_idle(bool on) { prefill_when_idle_ = on; }
   /// Start-up warm-up (models.warm_graphs, pipeline/warm_start.h), before any sequence:
-  /// runs, twice each, the greedy chains one sequence's rounds use at gammas
-  /// 1..max_gamma (draft_round_chains, with catch-up windows of 1 and 2 tokens) on a
-  /// scratch sequence, released after; each launched chain's event is waited for before
-  /// it is collected, so its host syncs are the same in every process. Returns the
-  /// chains run.
+  /// runs, twice each, the chains one sequence's rounds use at gammas 1..max_gamma on a
+  /// scratch sequence, released after, with catch-up windows of 1 and 2 tokens: the
+  /// sampled chains (forward_sampled_chain, up to max_chain_steps, longest first), then
+  /// the greedy ones (draft_round_chains). Each launched chain's event is waited for
+  /// before it is collected, so its host syncs are the same in every process. Returns
+  /// the chains run.
   int32_t warm_graphs(int32_t max_gamma);
   /// Rounds whose drafts (some of them) left on the device (Proposal::on_device).
   int64_t device_draft_rounds() const { return device_draft_rounds_; }

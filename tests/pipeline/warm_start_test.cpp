@@ -22,7 +22,7 @@ namespace {
 /// rows, steps, early steps) and runs them with ForwardModel's step-by-step defaults.
 class RecordingModel final : public ForwardModel {
  public:
-  enum Kind { forward_call, chain_call, launch_call, launch_early_call };
+  enum Kind { forward_call, chain_call, launch_call, launch_early_call, sampled_call };
   using Call = std::tuple<Kind, int32_t /*tokens*/, int32_t /*logits rows*/, int32_t /*steps*/, int32_t /*early*/>;
   explicit RecordingModel(Transformer& inner, std::vector<Call>* calls) : inner_(inner), calls_(calls) {}
   const ModelConfig& config() const override { return inner_.config(); }
@@ -39,6 +39,12 @@ class RecordingModel final : public ForwardModel {
                             KvWriteSink& sink, std::vector<int32_t>& ids) override {
     record(chain_call, windows, steps, 0);
     chained([&] { ForwardModel::forward_greedy_chain(windows, steps, kv, sink, ids); });
+  }
+  void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps, const ChainSampling& sampling,
+                             const KvStore& kv, KvWriteSink& sink, std::vector<int32_t>& ids,
+                             std::vector<float>& q) override {
+    record(sampled_call, windows, steps, 0);
+    chained([&] { ForwardModel::forward_sampled_chain(windows, steps, sampling, kv, sink, ids, q); });
   }
   Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                             KvWriteSink& sink) override {
@@ -147,16 +153,20 @@ TEST(WarmStart, DraftChainsOfEveryGammaAsTheRoundsRunThem) {
   auto drafter = make_drafter(&calls);
   const KvOccupancy before = drafter->kv().occupancy();
   const int32_t chains = drafter->warm_graphs(3);
-  // The scratch context's prefill, then per gamma the launched chain for catch-ups of 1
-  // and 2 tokens and the ahead chain, each twice.
+  // The scratch context's prefill; the sampled chains of gammas 3, 2, 1 (the longest
+  // first) for catch-ups of 1 and 2 tokens; then per gamma the launched chain for
+  // catch-ups of 1 and 2 tokens and the ahead chain; each twice.
   std::vector<Call> want{{RecordingModel::forward_call, 4, 1, 1, 0}};
+  for (int32_t g = 3; g >= 1; --g)
+    for (int32_t feed = 1; feed <= 2; ++feed)
+      for (int rep = 0; rep < 2; ++rep) want.emplace_back(RecordingModel::sampled_call, feed, 1, g, 0);
   for (int32_t g = 1; g <= 3; ++g) {
     for (int32_t feed = 1; feed <= 2; ++feed)
       for (int rep = 0; rep < 2; ++rep) want.emplace_back(RecordingModel::launch_early_call, feed, 1, 2 * g + 1, g);
     for (int rep = 0; rep < 2; ++rep) want.emplace_back(RecordingModel::launch_call, 1, 1, g + 1, 0);
   }
   EXPECT_EQ(calls, want);
-  EXPECT_EQ(chains, 18);
+  EXPECT_EQ(chains, 30);
   EXPECT_EQ(drafter->kv().occupancy(), before);
   EXPECT_NO_THROW(drafter->kv().check_invariants());
 
@@ -200,8 +210,8 @@ TEST(WarmStart, EveryChainIsWaitedForBeforeItIsCollected) {
   model->device_like_events(&waited);
   ModelDrafter drafter(std::move(model), 256, 16, /*prefill_chunk=*/64, /*draft_ahead=*/true);
   drafter.keep_drafts_on_device(true);
-  EXPECT_EQ(drafter.warm_graphs(3), 18);
-  EXPECT_EQ(waited, std::vector<bool>(18, true));  // every chain launched, then collected
+  EXPECT_EQ(drafter.warm_graphs(3), 30);  // 12 sampled chains (synchronous), 18 launched
+  EXPECT_EQ(waited, std::vector<bool>(18, true));  // every launched chain, then collected
 }
 
 }  // namespace
