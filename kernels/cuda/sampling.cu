@@ -107,16 +107,14 @@ __device__ int32_t draw(int32_t vocab, double u, Weight weight) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-softmax_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, float* probs,
-                               int64_t ld_probs) {
+    softmax_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, float* probs, int64_t ld_probs) {
   const float* row = logits + blockIdx.x * ld;
   const RowSoftmax sm = row_softmax(row, vocab, inv_t);
   for (int32_t t = threadIdx.x; t < vocab; t += kThreads) probs[blockIdx.x * ld_probs + t] = sm.p(row[t]);
 }
 
 __global__ void __launch_bounds__(kThreads)
-sample_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, const double* u,
-                              int32_t* out) {
+    sample_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, const double* u, int32_t* out) {
   const float* row = logits + blockIdx.x * ld;
   const RowSoftmax sm = row_softmax(row, vocab, inv_t);
   const int32_t token = draw(vocab, u[blockIdx.x], [&](int32_t t) { return sm.p(row[t]); });
@@ -124,8 +122,8 @@ sample_kernel(const float* logits, int64_t ld, int32_t vocab, float inv_t, const
 }
 
 __global__ void __launch_bounds__(kThreads)
-chain_sample_kernel(const float* logits, int64_t ld, int32_t vocab, const float* inv_t,
-                                    const double* u, float* q, int64_t ld_q, int32_t* ids) {
+    chain_sample_kernel(const float* logits, int64_t ld, int32_t vocab, const float* inv_t, const double* u, float* q,
+                        int64_t ld_q, int32_t* ids) {
   const float it = inv_t[blockIdx.x];
   if (!(it > 0.0f)) return;  // a greedy row: its argmax stays
   const float* row = logits + blockIdx.x * ld;
@@ -138,9 +136,9 @@ chain_sample_kernel(const float* logits, int64_t ld, int32_t vocab, const float*
 }
 
 __global__ void __launch_bounds__(kThreads)
-rejection_kernel(const float* logits, int64_t ld, const float* q, int64_t ld_q,
-                                 const int32_t* draft_ids, const double* u, const RejectionWindow* windows,
-                                 int32_t vocab, float inv_t, int32_t* accepted, int32_t* next) {
+    rejection_kernel(const float* logits, int64_t ld, const float* q, int64_t ld_q, const int32_t* draft_ids,
+                     const double* u, const RejectionWindow* windows, int32_t vocab, float inv_t, int32_t* accepted,
+                     int32_t* next) {
   const RejectionWindow w = windows[blockIdx.x];
   for (int32_t i = 0; i < w.drafts; ++i) {
     const float* row = logits + (w.p_row + i) * ld;

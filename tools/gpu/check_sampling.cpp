@@ -253,7 +253,8 @@ void check_sampling(Report& report, cudaStream_t stream, const Options& options)
         cuda::rejection_sample(drow.get(), v, nullptr, v, dd4.get(), du5.get(), dw.get(), 1, v, 0.8f, dacc.get(),
                                dnext.get(), stream);
       });
-      report.timing({{"name", "rejection_sample 4 drafts vocab " + std::to_string(v) + " (all accepted)"}, {"us", rej_us}});
+      report.timing(
+          {{"name", "rejection_sample 4 drafts vocab " + std::to_string(v) + " (all accepted)"}, {"us", rej_us}});
     }
   }
 }
