@@ -372,9 +372,7 @@ void verify(VerifierState& st, RoundBatch& b) {
         // Judged on the target's device: its Rng goes on by the uniforms the verdict used.
         v.accepted = sv->accepted;
         v.next_token = sv->next_token;
-        const size_t used = v.accepted == static_cast<int32_t>(it.drafts.size()) ? it.drafts.size() + 1
-                                                                                 : static_cast<size_t>(v.accepted) + 2;
-        for (size_t k = 0; k < used; ++k) it.rng.uniform();
+        for (size_t k = sampling_uniforms_used(v, it.drafts.size()); k > 0; --k) it.rng.uniform();
       } else {
         st.q_rows.assign(it.drafts.size(), {});
         if (it.q_row >= 0) {

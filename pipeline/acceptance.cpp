@@ -116,6 +116,16 @@ Verdict accept_greedy_ids(std::span<const int32_t> drafts, const TargetArgmax& r
 Verdict accept_sampling(std::span<const int32_t> drafts, const TargetRows& target_row,
                         std::span<const std::vector<float>> q, const cpu::SamplingParams& params,
                         Rng& rng) {
+  return accept_sampling_from(drafts, target_row, q, params, [&rng] { return rng.uniform(); });
+}
+
+size_t sampling_uniforms_used(const Verdict& v, size_t drafts) {
+  return static_cast<size_t>(v.accepted) == drafts ? drafts + 1 : static_cast<size_t>(v.accepted) + 2;
+}
+
+Verdict accept_sampling_from(std::span<const int32_t> drafts, const TargetRows& target_row,
+                             std::span<const std::vector<float>> q, const cpu::SamplingParams& params,
+                             const Uniforms& uniform) {
   check_sampling_request(drafts, q, params);
   std::span<const float> row = first_row(drafts, target_row);
   const size_t vocab = row.size();
@@ -128,15 +138,15 @@ Verdict accept_sampling(std::span<const int32_t> drafts, const TargetRows& targe
     const double p_d = s.p[d];
     const double q_d = q[i].empty() ? 1.0 : double{q[i][d]};  // checked > 0
     // Accepted with probability min(1, p/q): u < 1 always passes when p_d >= q_d.
-    if (!(rng.uniform() < p_d / q_d)) {
-      verdict.next_token = draw_residual(s.p, q[i], drafts[i], rng.uniform(), s.residual);
+    if (!(uniform() < p_d / q_d)) {
+      verdict.next_token = draw_residual(s.p, q[i], drafts[i], uniform(), s.residual);
       return verdict;
     }
     ++verdict.accepted;
     row = row_of(target_row, verdict.accepted, vocab);
   }
   cpu::sampling_distribution(row, params, s.p);
-  verdict.next_token = cpu::sample_from(s.p, rng.uniform());
+  verdict.next_token = cpu::sample_from(s.p, uniform());
   return verdict;
 }
 

@@ -64,4 +64,16 @@ Verdict accept_sampling(std::span<const int32_t> drafts, const TargetRows& targe
                         std::span<const std::vector<float>> q, const cpu::SamplingParams& params,
                         Rng& rng);
 
+/// accept_sampling with its uniforms from `uniform`, called in the order the Rng would
+/// be: for a verdict made elsewhere from uniforms drawn ahead from a copy of the Rng (the
+/// target's device, ForwardModel::computes_sampled_verdicts), and the check of it.
+using Uniforms = std::function<double()>;
+Verdict accept_sampling_from(std::span<const int32_t> drafts, const TargetRows& target_row,
+                             std::span<const std::vector<float>> q, const cpu::SamplingParams& params,
+                             const Uniforms& uniform);
+
+/// The uniforms a sampling verdict over `drafts` drafts drew (see accept_sampling):
+/// accepted + 2 after a rejection, drafts + 1 when every draft stood.
+size_t sampling_uniforms_used(const Verdict& v, size_t drafts);
+
 }  // namespace specpipe

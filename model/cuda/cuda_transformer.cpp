@@ -13,7 +13,6 @@
 #include "kernels/cuda/early_launch.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_cache.h"
-#include "kernels/cuda/sampling.h"
 #include "model/cuda/cuda_forward_model.h"
 #include "model/cuda/decoder_step.h"
 #include "model/cuda/device_memory.h"
@@ -712,16 +711,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
   join.wait_on(stream);  // on the device, behind this forward's work
   cuda_try(cudaStreamSynchronize(stream_), "forward");
   read_results(plan, out);
-  if (verdicts > 0) {
-    const auto* v = reinterpret_cast<const int32_t*>(d.verdict_host.as<unsigned char>() + verdict_out_at_);
-    out.verdicts_.assign(windows.size(), SampledVerdict{});
-    int32_t k = 0;
-    for (size_t w = 0; w < windows.size(); ++w)
-      if (windows[w].verdict) {
-        out.verdicts_[w] = {v[k], v[verdicts + k]};
-        ++k;
-      }
-  }
+  if (verdicts > 0) read_verdicts(windows, verdicts, out);
   if (placing)
     for (const ForwardModel::PlacedToken& p : placed) {
       const cuda::AttentionWindowDesc& w = plan.attention.windows[static_cast<size_t>(p.window)];
@@ -948,81 +938,6 @@ void CudaTransformer::enqueue_forward(const cuda::ForwardPlan& plan, const cuda:
     cuda_try(cudaMemcpyAsync(d.out_host.as<float>(), d.logits, static_cast<size_t>(plan.logit_rows * V) * sizeof(float),
                              cudaMemcpyDeviceToHost, stream_),
              "logits copy");
-}
-
-int32_t CudaTransformer::enqueue_verdicts(std::span<const ForwardWindow> windows, const cuda::ForwardPlan& plan) {
-  cuda::TransformerState& d = *impl_;
-  const auto V = static_cast<size_t>(config_.vocab_size);
-  size_t n = 0, drafts = 0, q_rows = 0;
-  for (size_t w = 0; w < windows.size(); ++w) {
-    const SampledVerdictRequest* r = windows[w].verdict;
-    if (!r) continue;
-    const auto k = static_cast<int32_t>(r->drafts.size());
-    if (r->u.size() != r->drafts.size() + 1 || !(r->temperature > 0.0f) || r->first_row < 0 ||
-        r->first_row + k >= plan.window_logit_rows[w])
-      fail(ErrorCode::invalid_argument,
-           "CUDA forward: a sampled verdict of {} drafts from row {} with {} uniforms over {} logits rows", k,
-           r->first_row, r->u.size(), plan.window_logit_rows[w]);
-    ++n;
-    drafts += r->drafts.size();
-    if (r->q) q_rows += r->drafts.size();
-  }
-  if (n == 0) return 0;
-  // The fused step writes the logits rows only when they are copied back.
-  if (d.fused_blocks > 0) fail(ErrorCode::internal, "CUDA forward: sampled verdicts with the fused step");
-  const size_t ids_at = cuda::align_up(n * sizeof(cuda::RejectionWindow), 256);
-  const size_t u_at = cuda::align_up(ids_at + drafts * sizeof(int32_t), 256);
-  const size_t q_at = cuda::align_up(u_at + (drafts + n) * sizeof(double), 256);
-  const size_t out_at = cuda::align_up(q_at + q_rows * V * sizeof(float), 256);
-  const size_t bytes = out_at + 2 * n * sizeof(int32_t);
-  if (bytes > d.verdict_dev.bytes()) {
-    // Every forward that used them ended with a sync; nothing captures them.
-    const size_t grown = std::max(bytes, 2 * d.verdict_dev.bytes());
-    d.verdict_dev.allocate(grown, &device_bytes_);
-    d.verdict_host.allocate(grown);
-  }
-  unsigned char* host = d.verdict_host.as<unsigned char>();
-  unsigned char* dev = d.verdict_dev.as<unsigned char>();
-  auto* desc = reinterpret_cast<cuda::RejectionWindow*>(host);
-  auto* ids = reinterpret_cast<int32_t*>(host + ids_at);
-  auto* u = reinterpret_cast<double*>(host + u_at);
-  auto* q = reinterpret_cast<float*>(host + q_at);
-  std::vector<float> temperature;
-  int32_t draft_at = 0, u_off = 0, q_row = 0;
-  for (size_t w = 0; w < windows.size(); ++w) {
-    const SampledVerdictRequest* r = windows[w].verdict;
-    if (!r) continue;
-    const auto k = static_cast<int32_t>(r->drafts.size());
-    *desc++ = {static_cast<int32_t>(plan.first_logit_row[w]) + r->first_row, r->q ? q_row : -1, k, draft_at, u_off};
-    std::copy(r->drafts.begin(), r->drafts.end(), ids + draft_at);
-    std::copy(r->u.begin(), r->u.end(), u + u_off);
-    if (r->q) {
-      std::copy(r->q, r->q + static_cast<size_t>(k) * V, q + static_cast<size_t>(q_row) * V);
-      q_row += k;
-    }
-    draft_at += k;
-    u_off += k + 1;
-    temperature.push_back(r->temperature);
-  }
-  cuda_try(cudaMemcpyAsync(dev, host, out_at, cudaMemcpyHostToDevice, stream_), "verdict inputs upload");
-  auto* acc = reinterpret_cast<int32_t*>(dev + out_at);
-  const auto count = static_cast<int32_t>(n);
-  for (int32_t a = 0; a < count;) {  // a launch per run of one temperature
-    int32_t b = a + 1;
-    while (b < count && temperature[static_cast<size_t>(b)] == temperature[static_cast<size_t>(a)]) ++b;
-    cuda_try(cuda::rejection_sample(d.logits, static_cast<int64_t>(V), reinterpret_cast<const float*>(dev + q_at),
-                                    static_cast<int64_t>(V), reinterpret_cast<const int32_t*>(dev + ids_at),
-                                    reinterpret_cast<const double*>(dev + u_at),
-                                    reinterpret_cast<const cuda::RejectionWindow*>(dev) + a, b - a,
-                                    static_cast<int32_t>(V), temperature[static_cast<size_t>(a)], acc + a,
-                                    acc + count + a, stream_),
-             "rejection sampling");
-    a = b;
-  }
-  cuda_try(cudaMemcpyAsync(host + out_at, acc, 2 * n * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
-           "verdicts copy");
-  verdict_out_at_ = out_at;
-  return count;
 }
 
 void CudaTransformer::read_results(const cuda::ForwardPlan& plan, CudaLogits& out) {

@@ -396,11 +396,14 @@ class CudaTransformer {
   /// Throws Error(invalid_argument) for a token outside the plan's windows.
   static const int32_t* place_planned_tokens(cuda::ForwardPlan& plan,
                                              std::span<const ForwardModel::PlacedToken> placed);
-  /// forward()'s sampled verdicts (ForwardWindow::verdict), after the steps: the windows'
-  /// drafts, uniforms and q rows up in one copy, cuda::rejection_sample over the logits
-  /// rows where they are (one launch per run of windows of one temperature), the
-  /// verdicts into the pinned buffer. Returns how many windows asked.
+  /// forward()'s sampled verdicts (ForwardWindow::verdict; sampled_verdicts.cpp), after
+  /// the steps: the windows' drafts, uniforms and q rows up in one copy,
+  /// cuda::rejection_sample over the logits rows where they are (one launch per run of
+  /// windows of one temperature), the verdicts into the pinned buffer. Returns how many
+  /// windows asked.
   int32_t enqueue_verdicts(std::span<const ForwardWindow> windows, const cuda::ForwardPlan& plan);
+  /// After the sync: the `verdicts` answers from the pinned buffer into `out`, by window.
+  void read_verdicts(std::span<const ForwardWindow> windows, int32_t verdicts, CudaLogits& out);
   size_t verdict_out_at_ = 0;  ///< where enqueue_verdicts' verdicts land in verdict_host
   /// After the sync: the ids (and logits rows) from the pinned buffer into `out` / chain_ids_.
   void read_results(const cuda::ForwardPlan& plan, CudaLogits& out);

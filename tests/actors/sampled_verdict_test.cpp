@@ -8,12 +8,12 @@
 // the same tokens then say the device's verdicts are the host's on these rounds.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <vector>
 
 #include "actors/pipeline_builder.h"
 #include "kernels/cpu/sampling.h"
+#include "pipeline/acceptance.h"
 #include "tests/support/engine.h"
 #include "tests/support/forwarding_model.h"
 #include "tests/support/golden.h"
@@ -21,24 +21,18 @@
 namespace specpipe {
 namespace {
 
-/// accept_sampling's verdict (pipeline/acceptance.cpp) from the uniforms given.
+/// The host's verdict (accept_sampling_from) on the target's rows from the uniforms the
+/// verifier sent, as a device model answers it.
 SampledVerdict judge(const SampledVerdictRequest& r, const Logits& out, size_t w) {
-  const cpu::SamplingParams params{r.temperature, 0, 1.0f};
   const auto V = static_cast<size_t>(out.vocab());
-  const auto drafts = static_cast<int32_t>(r.drafts.size());
-  std::vector<float> p, residual;
-  for (int32_t i = 0; i < drafts; ++i) {
-    cpu::sampling_distribution(out.row(w, r.first_row + i), params, p);
-    const auto d = static_cast<size_t>(r.drafts[static_cast<size_t>(i)]);
-    const float* q = r.q ? r.q + static_cast<size_t>(i) * V : nullptr;
-    if (r.u[static_cast<size_t>(i)] < double{p[d]} / (q ? double{q[d]} : 1.0)) continue;
-    residual = p;
-    for (size_t t = 0; t < V; ++t) residual[t] = q ? std::max(0.0f, p[t] - q[t]) : (t == d ? 0.0f : p[t]);
-    const bool any = std::any_of(residual.begin(), residual.end(), [](float x) { return x > 0.0f; });
-    return {i, cpu::sample_from(any ? residual : p, r.u[static_cast<size_t>(i) + 1])};
-  }
-  cpu::sampling_distribution(out.row(w, r.first_row + drafts), params, p);
-  return {drafts, cpu::sample_from(p, r.u[static_cast<size_t>(drafts)])};
+  std::vector<std::vector<float>> q(r.drafts.size());  // empty rows: point masses
+  if (r.q)
+    for (size_t i = 0; i < q.size(); ++i) q[i].assign(r.q + i * V, r.q + (i + 1) * V);
+  size_t next = 0;
+  const Verdict v = accept_sampling_from(
+      r.drafts, [&](int32_t i) { return out.row(w, r.first_row + i); }, q, cpu::SamplingParams{r.temperature, 0, 1.0f},
+      [&] { return r.u[next++]; });
+  return {v.accepted, v.next_token};
 }
 
 /// The pipeline's target answering sampled verdicts itself, as a device model does.
