@@ -135,7 +135,7 @@ constexpr int kAttentionTightWindow = 128;
 /// one wave, block y taking the row's chunks y, y + Y, ...; its keys and values stream
 /// through a two-slot shared-memory ring of 64-key tiles (cp.async), the next tile in
 /// flight while one is scored or summed (kernels/cuda/README.md "Seventeenth session,
-/// chunk"). Bit 512 is unused.
+/// chunk").
 constexpr int kAttentionStreamChunks = 1024;
 /// Bit 256 (with bit 1024, head_dim 128 and a GQA group of 4: the 8B and 4B shapes): that
 /// streaming kernel built for the shape, its head_dim and group compile-time constants, so
@@ -145,7 +145,11 @@ constexpr int kAttentionStreamChunks = 1024;
 /// steps of 256 chunks (32K keys) or more, the head merge as a block per (row, query head, 32
 /// dims) that copies its records in batches (kernels/cuda/README.md "Eighteenth session, chunk").
 constexpr int kAttentionStreamTight = 256;
-constexpr int kAttentionUsedBits = 255 | kAttentionStreamTight | kAttentionStreamChunks;
+/// Bit 512 (with bit 128, the window kernel's lean build): its score passes take two 4-slot
+/// steps at a time, the two reduce-scatters' shuffle chains interleaved (the same arithmetic;
+/// kernels/cuda/README.md "Nineteenth session, window").
+constexpr int kAttentionWindowStepPairs = 512;
+constexpr int kAttentionUsedBits = 255 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks;
 constexpr int kAttentionVariants = 2048;
 constexpr int kDefaultAttentionVariant = 239 | kAttentionStreamTight | kAttentionStreamChunks;
 int attention_variant();

@@ -253,24 +253,47 @@ __device__ inline void scan_row_groups(const AttentionBatch& b, int32_t rows_per
 /// order), thread (part, key) of a kBlock-thread block taking the slots part, part +
 /// kBlock / C, ... for key = tid % C as there. count_of(sl): the keys slot sl's row sees in
 /// the chunk. Every thread of the block calls it (one barrier inside; none at the end).
-template <int kBlock, class CountOf>
+/// kAtOnce > 1 (the window kernel's variant bit 512): a thread's slots kAtOnce at a time, their
+/// butterflies side by side in one block of code so their shuffle chains overlap (each
+/// slot's reductions unchanged; a slot past `slots` reduces zeros and stores nothing).
+template <int kBlock, class CountOf, int kAtOnce = 1>
 __device__ inline void slot_softmax(float* sp, int stride, float* red, float* red2, int32_t slots, CountOf count_of) {
   const int tid = threadIdx.x, lane = tid % 32, key = tid % C, part = tid / C, kw = key / 32;
   constexpr int kParts = kBlock / C;
-  for (int sl = part; sl < slots; sl += kParts) {
-    const float m = detail::warp_max(sp[sl * stride + key]);
-    if (lane == 0) red[sl * kWarps + kw] = m;
+  for (int sl = part; sl < slots; sl += kParts * kAtOnce) {
+    float m[kAtOnce];
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i) {
+      const int si = sl + i * kParts;
+      m[i] = si < slots ? sp[si * stride + key] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i) m[i] = detail::warp_max(m[i]);
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i)
+      if (lane == 0 && sl + i * kParts < slots) red[(sl + i * kParts) * kWarps + kw] = m[i];
   }
   __syncthreads();
-  for (int sl = part; sl < slots; sl += kParts) {
-    float m = red[sl * kWarps];
+  for (int sl = part; sl < slots; sl += kParts * kAtOnce) {
+    float e[kAtOnce];
 #pragma unroll
-    for (int w2 = 1; w2 < kWarps; ++w2) m = fmaxf(m, red[sl * kWarps + w2]);
-    float* ps = sp + sl * stride + key;
-    const float e = key < count_of(sl) ? expf(*ps - m) : 0.0f;
-    *ps = e;
-    const float sum = detail::warp_sum(e);
-    if (lane == 0) red2[sl * kWarps + kw] = sum;
+    for (int i = 0; i < kAtOnce; ++i) {
+      const int si = sl + i * kParts;
+      e[i] = 0.0f;
+      if (si < slots) {
+        float m = red[si * kWarps];
+#pragma unroll
+        for (int w2 = 1; w2 < kWarps; ++w2) m = fmaxf(m, red[si * kWarps + w2]);
+        float* ps = sp + si * stride + key;
+        e[i] = key < count_of(si) ? expf(*ps - m) : 0.0f;
+        *ps = e[i];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i) e[i] = detail::warp_sum(e[i]);
+#pragma unroll
+    for (int i = 0; i < kAtOnce; ++i)
+      if (lane == 0 && sl + i * kParts < slots) red2[(sl + i * kParts) * kWarps + kw] = e[i];
   }
 }
 

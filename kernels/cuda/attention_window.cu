@@ -285,12 +285,23 @@ constexpr int kQuadSlots = 3;
 /// signed-division sequences); the GQA group and its SlotOf multiplier come from the host.
 /// Each dot is still fmaf over d = 0, 1, ... from 0, reduced by the same
 /// reduce_scatter_xor, and each value chain fmaf over its keys in order: the same bits.
-template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false, bool kTight = false>
+///
+/// kStepPairs (variant bit 512, with kTight and kLean): the score passes take their 4-slot
+/// steps two at a time, the second step's dot products issued while the first's
+/// reduce-scatter waits on its shuffles, and the two reduce-scatters interleaved level by
+/// level, so a warp has two shuffle chains in flight instead of
+/// one (the eighteenth session's profile: the scores 33% of the stall samples, led by the
+/// shuffle chains' short scoreboard); the softmax takes a thread's slots two at a time
+/// (slot_softmax's kAtOnce), for the same reason. Each dot and each reduction is the single
+/// step's: the same bits.
+template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false, bool kTight = false,
+          bool kStepPairs = false>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots, bool stage_keys,
                                                                     int32_t host_group, uint32_t host_magic) {
   static_assert(kFast || !kTight);
+  static_assert(!kStepPairs || (kTight && kLean));
   __shared__ RowGroups g;
   __shared__ const T* krow[C];
   __shared__ const T* vrow[C];
@@ -462,12 +473,12 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
         const bool writer = !kLean || (lane & 1) == 0;
         const float* qs = sq + lane * kDimLanes;
         float* out = sp + c * kScoreStride + jl;
-        for (int sl0 = 0; sl0 < slots; sl0 += 4, qs += 4 * hd, out += 4 * kScoreStride) {
-          float v[kPassKeys * 4];
+        // A step's 4 x kPassKeys dot products (each fmaf over d from 0) from the queries at q.
+        const auto step_dots = [&](const float* q, float(&v)[kPassKeys * 4]) {
 #pragma unroll
           for (int s4 = 0; s4 < 4; ++s4) {
             float qreg[kDimLanes];
-            load_vec(qs + s4 * hd, qreg);
+            load_vec(q + s4 * hd, qreg);
 #pragma unroll
             for (int u2 = 0; u2 < kPassKeys; ++u2) {
               float dot = 0.0f;
@@ -476,9 +487,39 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
               v[u2 * 4 + s4] = dot;
             }
           }
-          const float dot = reduce_scatter_xor(v);
+        };
+        const auto store = [&](int32_t sl0, float* o, float dot) {
           const int32_t sl = sl0 + c;
-          if (writer && sl < slots) *out = slot_of.row(sl) >= kmin ? dot * s.scale : -INFINITY;
+          if (writer && sl < slots) *o = slot_of.row(sl) >= kmin ? dot * s.scale : -INFINITY;
+        };
+        int32_t sl0 = 0;
+        if constexpr (kStepPairs) {
+          // Steps sl0 and sl0 + 4 (its queries exist: the slots are padded to a multiple of
+          // 4), skewed by one level: b's dots under a's first shuffles, then a's level k + 1
+          // beside b's level k. Each is reduce_scatter_xor's (16 dots) sequence of levels.
+          for (; sl0 + 4 < slots; sl0 += 8, qs += 8 * hd, out += 8 * kScoreStride) {
+            static_assert(kPassKeys * 4 == 16);
+            float va[16], vb[16];
+            step_dots(qs, va);
+            reduce_scatter_xor_step<16, 16>(va);
+            step_dots(qs + 4 * hd, vb);
+            reduce_scatter_xor_step<8, 8>(va);
+            reduce_scatter_xor_step<16, 16>(vb);
+            reduce_scatter_xor_step<4, 4>(va);
+            reduce_scatter_xor_step<8, 8>(vb);
+            reduce_scatter_xor_step<2, 2>(va);
+            reduce_scatter_xor_step<4, 4>(vb);
+            const float da = va[0] + __shfl_xor_sync(detail::kFullMask, va[0], 1);
+            reduce_scatter_xor_step<2, 2>(vb);
+            const float db = vb[0] + __shfl_xor_sync(detail::kFullMask, vb[0], 1);
+            store(sl0, out, da);
+            store(sl0 + 4, out + 4 * kScoreStride, db);
+          }
+        }
+        for (; sl0 < slots; sl0 += 4, qs += 4 * hd, out += 4 * kScoreStride) {
+          float v[kPassKeys * 4];
+          step_dots(qs, v);
+          store(sl0, out, reduce_scatter_xor(v));
         }
       } else {
         for (int sl0 = 0; sl0 < slots; sl0 += 4) {
@@ -495,8 +536,8 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
     __syncthreads();
 
     // Softmax numerators: the chunk kernel's reductions per slot (slot_softmax).
-    slot_softmax<kFastThreads>(sp, kScoreStride, red, red2, slots,
-                               [&](int32_t sl) { return t.count(t.first + slot_of.row(sl)); });
+    const auto count_of = [&](int32_t sl) { return t.count(t.first + slot_of.row(sl)); };
+    slot_softmax<kFastThreads, decltype(count_of), kStepPairs ? 2 : 1>(sp, kScoreStride, red, red2, slots, count_of);
     copy_async_wait_all();  // this thread's copies; the barrier shows everyone's
     __syncthreads();
     if (tid < slots)
@@ -579,7 +620,10 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
       paired && sizeof(T) == 2 && aligned16(pool.k) && aligned16(b.k) && aligned16(pool.ring_k);
   const size_t bytes = size_t{C} * s.head_dim * sizeof(T) * (stage_keys ? 2 : 1) +
                        size_t(max_slots) * (s.head_dim + kScoreStride + 2 * kWarps) * sizeof(float);
-  auto* kernel = tight    ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true, true>
+  // Variant bit 512 (with the tight build, lean): the score steps two at a time.
+  const bool step_pairs = tight && lean && (variant & kAttentionWindowStepPairs) != 0;
+  auto* kernel = step_pairs ? attention_window_kernel<kDimLanes, true, true, T, true, true, true>
+                 : tight    ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true, true>
                                   : attention_window_kernel<kDimLanes, false, true, T, true, true>)
                  : fast   ? (lean ? attention_window_kernel<kDimLanes, true, true, T, true>
                                   : attention_window_kernel<kDimLanes, false, true, T, true>)

@@ -393,7 +393,7 @@ void time_attention(Report& report, cudaStream_t stream) {
         nlohmann::json us_of, rate_of;
         std::vector<float> first;
         for (int variant = 0; variant < cuda::kAttentionVariants; ++variant) {
-          if ((variant & ~cuda::kAttentionUsedBits) != 0) continue;  // unused bit 512: the same kernels
+          if ((variant & ~cuda::kAttentionUsedBits) != 0) continue;  // an unused bit: the same kernels
           const bool timed = variant == default_variant || timed_variant(variant);
           cuda::set_attention_variant(variant);
           CUDA_OK(cuda::attention(s, p, b, stream));
