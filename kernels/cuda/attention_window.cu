@@ -63,6 +63,16 @@ int window_path_mode() {
   return mode;
 }
 
+/// SPECPIPE_ATTENTION_WINDOW_PREFETCH=1 (read once; an experiment of variant bit 512): the
+/// second score pass's FP32 key rows prefetched into L2 with the first pass's loads.
+bool window_prefetch_keys() {
+  static const bool on = [] {
+    const char* v = std::getenv("SPECPIPE_ATTENTION_WINDOW_PREFETCH");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 /// Blocks of the window grid from which the lean build is the default: two an SM of an
 /// H100 / H200 (132 SMs; a constant, so the launch asks the runtime nothing under capture).
 constexpr int64_t kLeanMinBlocks = 2 * 132;
@@ -292,14 +302,16 @@ constexpr int kQuadSlots = 3;
 /// level, so a warp has two shuffle chains in flight instead of
 /// one (the eighteenth session's profile: the scores 33% of the stall samples, led by the
 /// shuffle chains' short scoreboard); the softmax takes a thread's slots two at a time
-/// (slot_softmax's kAtOnce), for the same reason. Each dot and each reduction is the single
-/// step's: the same bits.
+/// (slot_softmax's kAtOnce), for the same reason; with FP32 keys the values' copies are
+/// issued after the first score pass's key loads instead of before the queries. Each dot
+/// and each reduction is the single step's: the same bits.
 template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false, bool kTight = false,
           bool kStepPairs = false>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots, bool stage_keys,
-                                                                    int32_t host_group, uint32_t host_magic) {
+                                                                    int32_t host_group, uint32_t host_magic,
+                                                                    bool prefetch_keys) {
   static_assert(kFast || !kTight);
   static_assert(!kStepPairs || (kTight && kLean));
   __shared__ RowGroups g;
@@ -419,6 +431,10 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
         copy_async16(sk + i * kVec, krow[i / vecs] + (i % vecs) * kVec);
       copy_async_commit();
     };
+    // kStepPairs, FP32 keys (loaded into registers): the values' copies issued after the first
+    // pass's key loads, so those loads do not queue behind 64 KB of copies (the values are
+    // needed only after the softmax).
+    const bool values_after_keys = kStepPairs && !stage_keys;
     const auto stage_value_rows = [&] {
       for (Index i = tid; i < Index(t.count_max) * vecs; i += kFastThreads)
         copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
@@ -437,7 +453,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
       if (!early) load_queries();
       __syncthreads();
       if (stage_keys) stage_key_rows();
-      stage_value_rows();
+      if (!values_after_keys) stage_value_rows();
       if (early && !waited) {
         detail::wait_for_prerequisite_grid();
         waited = true;
@@ -464,6 +480,15 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
 #pragma unroll 1
     for (int pass = 0; pass < kKeys / kPassKeys; ++pass) {
       load_keys(pass);
+      if (values_after_keys && pass == 0) {
+        if (prefetch_keys && lane < 16) {
+          // The second pass's key rows (this warp's 4 keys x 4 lines of 128 bytes) into L2.
+          const int jl = warp + (kPassKeys + (lane >> 2)) * kFastWarps;
+          if (jl < t.count_max)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(krow[jl] + (lane & 3) * (128 / sizeof(T))) : "memory");
+        }
+        stage_value_rows();  // behind the first keys' loads
+      }
       if constexpr (kTight) {
         // The lane's score of a step: key u, slot sl0 + c (reduce_scatter_xor's index);
         // local row r of the group sees key jl iff r >= kmin (t.count's bound, solved for r).
@@ -635,7 +660,7 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
                                       true, s, pool, b, rows_per_group, max_slots, stage_keys, group,
-                                      SlotOf<true>::magic_of(group));
+                                      SlotOf<true>::magic_of(group), window_prefetch_keys());
   if (e != cudaSuccess) return e;
   // Variant bit 1 (attention.h): a block per (row, query head) merges instead.
   if ((variant & kAttentionHeadMerge) != 0) return launch_head_merge(s, b, outb, stream);
