@@ -116,10 +116,10 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// key-count test one comparison; value chains of 4 dims x up to 3 slots a thread; unsigned
 /// indices; the GQA group's multiplier from the host); bit 1024 (with bits 1 and 8, FP32
 /// K/V): kAttentionStreamChunks below; bit 256 (with 1024): kAttentionStreamTight. The
-/// default, kDefaultAttentionVariant (bits 1, 2, 4, 8, 32, 64, 128, 256, 1024), won the A/Bs
-/// of kernels/cuda/README.md ("Eleventh session", "Twelfth session", "Thirteenth session",
+/// default, kDefaultAttentionVariant (bits 1, 2, 4, 8, 32, 64, 128, 256, 512, 1024), won the
+/// A/Bs of kernels/cuda/README.md ("Eleventh session", "Twelfth session", "Thirteenth session",
 /// "Fourteenth session, verify windows", "Fifteenth session, window", "Seventeenth session,
-/// chunk", "Eighteenth session, chunk"); SPECPIPE_ATTENTION_VARIANT
+/// chunk", "Eighteenth session, chunk", "Nineteenth session, window"); SPECPIPE_ATTENTION_VARIANT
 /// (0..2047, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
@@ -146,12 +146,14 @@ constexpr int kAttentionStreamChunks = 1024;
 /// dims) that copies its records in batches (kernels/cuda/README.md "Eighteenth session, chunk").
 constexpr int kAttentionStreamTight = 256;
 /// Bit 512 (with bit 128, the window kernel's lean build): its score passes take two 4-slot
-/// steps at a time, the two reduce-scatters' shuffle chains interleaved (the same arithmetic;
-/// kernels/cuda/README.md "Nineteenth session, window").
+/// steps at a time, the two reduce-scatters' shuffle chains interleaved, the softmax a
+/// thread's slots two at a time, and with FP32 keys the values' copies issued after the first
+/// pass's key loads (the same arithmetic; kernels/cuda/README.md "Nineteenth session, window").
 constexpr int kAttentionWindowStepPairs = 512;
 constexpr int kAttentionUsedBits = 255 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks;
 constexpr int kAttentionVariants = 2048;
-constexpr int kDefaultAttentionVariant = 239 | kAttentionStreamTight | kAttentionStreamChunks;
+constexpr int kDefaultAttentionVariant =
+    239 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);

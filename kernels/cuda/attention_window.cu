@@ -63,16 +63,6 @@ int window_path_mode() {
   return mode;
 }
 
-/// SPECPIPE_ATTENTION_WINDOW_PREFETCH=1 (read once; an experiment of variant bit 512): the
-/// second score pass's FP32 key rows prefetched into L2 with the first pass's loads.
-bool window_prefetch_keys() {
-  static const bool on = [] {
-    const char* v = std::getenv("SPECPIPE_ATTENTION_WINDOW_PREFETCH");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 /// Blocks of the window grid from which the lean build is the default: two an SM of an
 /// H100 / H200 (132 SMs; a constant, so the launch asks the runtime nothing under capture).
 constexpr int64_t kLeanMinBlocks = 2 * 132;
@@ -310,8 +300,7 @@ template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false, 
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots, bool stage_keys,
-                                                                    int32_t host_group, uint32_t host_magic,
-                                                                    bool prefetch_keys) {
+                                                                    int32_t host_group, uint32_t host_magic) {
   static_assert(kFast || !kTight);
   static_assert(!kStepPairs || (kTight && kLean));
   __shared__ RowGroups g;
@@ -480,15 +469,7 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
 #pragma unroll 1
     for (int pass = 0; pass < kKeys / kPassKeys; ++pass) {
       load_keys(pass);
-      if (values_after_keys && pass == 0) {
-        if (prefetch_keys && lane < 16) {
-          // The second pass's key rows (this warp's 4 keys x 4 lines of 128 bytes) into L2.
-          const int jl = warp + (kPassKeys + (lane >> 2)) * kFastWarps;
-          if (jl < t.count_max)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(krow[jl] + (lane & 3) * (128 / sizeof(T))) : "memory");
-        }
-        stage_value_rows();  // behind the first keys' loads
-      }
+      if (values_after_keys && pass == 0) stage_value_rows();  // behind the first keys' loads
       if constexpr (kTight) {
         // The lane's score of a step: key u, slot sl0 + c (reduce_scatter_xor's index);
         // local row r of the group sees key jl iff r >= kmin (t.count's bound, solved for r).
@@ -660,7 +641,7 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
                                       true, s, pool, b, rows_per_group, max_slots, stage_keys, group,
-                                      SlotOf<true>::magic_of(group), window_prefetch_keys());
+                                      SlotOf<true>::magic_of(group));
   if (e != cudaSuccess) return e;
   // Variant bit 1 (attention.h): a block per (row, query head) merges instead.
   if ((variant & kAttentionHeadMerge) != 0) return launch_head_merge(s, b, outb, stream);
