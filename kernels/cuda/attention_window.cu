@@ -430,9 +430,10 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
     };
 
     if constexpr (kFast) {
-      // A chunk of settled pool keys: its rows located and its copies (BF16 keys, values)
-      // issued before waiting for the kernel before, then the queries. (FP32 keys load into
-      // registers in the score passes, as before: held across the wait they spilled.)
+      // A chunk of settled pool keys: its rows located and its copies (BF16 keys, values;
+      // FP32 values under kStepPairs: after the first keys' loads, below) issued before
+      // waiting for the kernel before, then the queries. (FP32 keys load into registers in
+      // the score passes, as before: held across the wait they spilled.)
       const bool early = b.prefix_settled && pool.ring_k == nullptr && t.j0 + t.count_max <= w.prefix_len;
       if (!early && !waited) {
         detail::wait_for_prerequisite_grid();
