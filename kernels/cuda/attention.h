@@ -120,7 +120,7 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// A/Bs of kernels/cuda/README.md ("Eleventh session", "Twelfth session", "Thirteenth session",
 /// "Fourteenth session, verify windows", "Fifteenth session, window", "Seventeenth session,
 /// chunk", "Eighteenth session, chunk", "Nineteenth session, window"); SPECPIPE_ATTENTION_VARIANT
-/// (0..2047, read on first use) overrides it.
+/// (0..4095, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
 constexpr int kAttentionTwoBlocks = 4;
@@ -150,8 +150,15 @@ constexpr int kAttentionStreamTight = 256;
 /// thread's slots two at a time, and with FP32 keys the values' copies issued after the first
 /// pass's key loads (the same arithmetic; kernels/cuda/README.md "Nineteenth session, window").
 constexpr int kAttentionWindowStepPairs = 512;
-constexpr int kAttentionUsedBits = 255 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks;
-constexpr int kAttentionVariants = 2048;
+/// Bit 2048 (with bits 256 and 1024; opt-in): that build's value chains on 8 warps (one dim x
+/// two heads a thread) instead of 4 (two dims x two heads), and its BF16 K/V in 128-key
+/// tiles (a chunk's keys, then its values, through a two-slot ring of 32 KB tiles: two tile
+/// barriers a chunk instead of four); the same chains in the same order
+/// (kernels/cuda/README.md "Nineteenth session, chunk").
+constexpr int kAttentionStreamWide = 2048;
+constexpr int kAttentionUsedBits =
+    255 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks | kAttentionStreamWide;
+constexpr int kAttentionVariants = 4096;
 constexpr int kDefaultAttentionVariant =
     239 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks;
 int attention_variant();

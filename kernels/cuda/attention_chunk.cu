@@ -510,6 +510,14 @@ constexpr int kRingSlots = 2;
 template <class T>
 constexpr int kRingSlotsOf = sizeof(T) == 4 ? kRingSlots : 4;
 static_assert(kLeanPasses == 2 && kTileKeys == 64);
+/// Variant bit 2048 (kAttentionStreamWide, with bit 256's build): BF16 K/V in 128-key tiles
+/// (a chunk's keys, then its values: 32 KB each) through a two-slot ring, the FP32 ring's 64
+/// KB and shape, so a chunk waits at two tile barriers instead of four; FP32 keeps its
+/// 64-key tiles (32 KB already). kWide false: the tiles and slots above.
+template <class T, bool kWide>
+constexpr int kStreamTileKeys = kWide && sizeof(T) == 2 ? C : kTileKeys;
+template <class T, bool kWide>
+constexpr int kStreamSlots = kWide && sizeof(T) == 2 ? 2 : kRingSlotsOf<T>;
 
 /// Shared memory of a streaming block besides its ring: the group's queries (groups up to
 /// 4), the scores (then numerators), the K and V row addresses of two chunks (the one
@@ -538,6 +546,37 @@ __device__ inline void stream_rows(const PagedPool& pool, const AttentionBatch& 
   else window_rows(b, r.w, j, head_off, sh.krow[buf][k], sh.vrow[buf][k]);
 }
 
+/// Steps [j0, end) of the value chains of dim d for heads with numerators p0 and p1 (bit
+/// 2048's value threads: one dim x two heads each, 256 threads, where lean_value_sums'
+/// 128 threads run two dims x two heads): key jl's staged values at rows + (jl - j0) *
+/// kHd, each chain fmaf(p, v, acc) in ascending key order, 4 keys at a time (16-byte
+/// numerator loads; j0 a multiple of 4) then one at a time: each chain's steps as
+/// value_span's, so the same bits.
+template <int kHd, class T>
+__device__ inline void value_span_dim(const T* rows, int32_t j0, int32_t end, int d, const float* p0,
+                                      const float* p1, float& a0, float& a1) {
+  int32_t jl = j0;
+#pragma unroll 2
+  for (; jl + 4 <= end; jl += 4) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = kv_float(rows[(jl - j0 + u) * kHd + d]);
+    const float4 q0 = *reinterpret_cast<const float4*>(p0 + jl);
+    const float4 q1 = *reinterpret_cast<const float4*>(p1 + jl);
+    const float w0[4] = {q0.x, q0.y, q0.z, q0.w}, w1[4] = {q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      a0 = fmaf(w0[u], v[u], a0);
+      a1 = fmaf(w1[u], v[u], a1);
+    }
+  }
+  for (; jl < end; ++jl) {
+    const float v = kv_float(rows[(jl - j0) * kHd + d]);
+    a0 = fmaf(p0[jl], v, a0);
+    a1 = fmaf(p1[jl], v, a1);
+  }
+}
+
 /// The streaming chunk kernel (variant bit 1024 with the lean two-blocks build's shapes):
 /// grid (kv head, y < Y, row), block y of (row, kv head) takes the row's chunks y, y + Y,
 /// ... (Y from the host: the grid one wave of two blocks an SM where the chunks allow).
@@ -558,7 +597,14 @@ __device__ inline void stream_rows(const PagedPool& pool, const AttentionBatch& 
 /// division by the row's pieces, the score passes' query addresses and dims' bounds
 /// recomputed from the runtime head_dim and group, the value chains' second head tested in
 /// the loop. Built for the shape, those fold to shifts and immediate offsets.
-template <int kDimLanes, class T, int kHd = 0, int kGroup = 0>
+///
+/// kWide (variant bit 2048, with bit 256's shape): the value chains on 8 warps (256 threads,
+/// one dim x two heads each: value_span_dim) instead of 4 (two dims x two heads), while the
+/// other warps would wait at the tile barrier; and BF16 K/V in 128-key tiles
+/// (kStreamTileKeys): both passes of a chunk's scores from one key tile, its value chains
+/// from one value tile; a whole tile's copies at a fixed trip count. The same chains in the
+/// same order: the same bits.
+template <int kDimLanes, class T, int kHd = 0, int kGroup = 0, bool kWide = false>
 __global__ void __launch_bounds__(kFastThreads, 2)
     attention_stream_kernel(AttentionShape s, PagedPool pool, AttentionBatch b, int32_t per_row) {
   ChunkTask task;
@@ -569,29 +615,49 @@ __global__ void __launch_bounds__(kFastThreads, 2)
   if (y >= chunks) return;
   const int32_t mine = (chunks - y + per_row - 1) / per_row;  // chunks y, y + per_row, ...
   static_assert(kHd == 0 || (kHd == 32 * kDimLanes && kGroup == 4));
+  static_assert(!kWide || kHd == 128);
   task.hd = kHd != 0 ? kHd : s.head_dim;
   task.group = kGroup != 0 ? kGroup : s.num_heads / s.num_kv_heads;
   const int32_t hd = task.hd, group = task.group;
   const int tid = threadIdx.x;
   constexpr int kVec = kVecElems<T>;
-  constexpr int kSlots = kRingSlotsOf<T>;
+  constexpr int kSlots = kStreamSlots<T, kWide>;
+  constexpr int kTile = kStreamTileKeys<T, kWide>;  // keys a tile
+  constexpr int kHalves = C / kTile;                 // key tiles a chunk (as many value tiles)
+  constexpr int kParts = 2 * kHalves;                // tiles a chunk
   const int vecs = hd / kVec;  // 16-byte pieces a key row
-  const int tile_elems = kTileKeys * hd;
+  const int tile_elems = kTile * hd;
   T* const ring = reinterpret_cast<T*>(staged_values);
   __shared__ StreamShared<kDimLanes, T> sh;
   const auto chunk_of = [&](int32_t i) { return y + i * per_row; };
   const auto count_of = [&](int32_t i) { return min(C, task.r.keys - chunk_of(i) * C); };
-  // Tile t: chunk t / 4 of this block, part t % 4 (keys low, keys high, values low, values
-  // high), into ring slot t % kSlots; one commit group a tile, empty past the last, so
-  // a wait for tile t leaves exactly the kSlots - 2 later tiles' groups in flight.
+  // Tile t: chunk t / kParts of this block, part t % kParts (64-key tiles: keys low, keys
+  // high, values low, values high; 128-key tiles: keys, values), into ring slot t % kSlots;
+  // one commit group a tile, empty past the last, so a wait for tile t leaves exactly the
+  // kSlots - 2 later tiles' groups in flight.
   const auto issue = [&](int32_t t) {
-    const int32_t i = t / 4;
+    const int32_t i = t / kParts;
     if (i < mine) {
-      const int part = t % 4, half = part & 1;
-      const int n = min(kTileKeys, count_of(i) - half * kTileKeys);
-      const T* const* rows = (part < 2 ? sh.krow[i & 1] : sh.vrow[i & 1]) + half * kTileKeys;
+      const int part = t % kParts, half = part % kHalves;
+      const int n = min(kTile, count_of(i) - half * kTile);
+      const T* const* rows = (part < kHalves ? sh.krow[i & 1] : sh.vrow[i & 1]) + half * kTile;
       T* const to = ring + (t % kSlots) * tile_elems;
-      for (int e = tid; e < n * vecs; e += kFastThreads) copy_async16(to + e * kVec, rows[e / vecs] + (e % vecs) * kVec);
+      bool whole = false;
+      if constexpr (kWide) {
+        // A whole tile: a thread's kPer copies at a fixed trip count, its piece of a row and
+        // its first key found once (the same copies as the loop below).
+        constexpr int kRowVecs = kHd / kVec, kPer = kTile * kRowVecs / kFastThreads;
+        static_assert(kTile * kRowVecs % kFastThreads == 0);
+        whole = n == kTile;
+        if (whole) {
+          const int key0 = tid / kRowVecs, piece = (tid % kRowVecs) * kVec;
+#pragma unroll
+          for (int k = 0; k < kPer; ++k)
+            copy_async16(to + (tid + k * kFastThreads) * kVec, rows[key0 + k * (kFastThreads / kRowVecs)] + piece);
+        }
+      }
+      if (!whole)
+        for (int e = tid; e < n * vecs; e += kFastThreads) copy_async16(to + e * kVec, rows[e / vecs] + (e % vecs) * kVec);
     }
     copy_async_commit();
   };
@@ -621,18 +687,22 @@ __global__ void __launch_bounds__(kFastThreads, 2)
     return ring + (t % kSlots) * tile_elems;
   };
   const int pairs = hd / 2, hparts = group < 2 ? group : 2;
-  const bool sums = tid < pairs * hparts;
-  const int d = 2 * (tid % pairs), g0 = tid / pairs, g1 = g0 + 2;
+  // kWide: thread tid < 2 hd runs dim tid % hd of heads tid / hd and tid / hd + 2.
+  const bool sums = kWide ? tid < 2 * kHd : tid < pairs * hparts;
+  const int d = kWide ? tid % kHd : 2 * (tid % pairs), g0 = kWide ? tid / kHd : tid / pairs, g1 = g0 + 2;
   // A summing thread's second head: every one's with a group of 4.
   const bool two = kGroup == 4 || g1 < group;
   for (int32_t i = 0; i < mine; ++i) {
     task.chunk = chunk_of(i);
     const int32_t count = count_of(i);
-    // Scores: pass `half` of the lean build from its key tile.
+    // Scores: pass `half` of the lean build from its key tile (128-key tiles: both passes
+    // from the chunk's one key tile).
+    const T* tile = nullptr;
 #pragma unroll 1
     for (int half = 0; half < 2; ++half) {
-      const T* const tile = next_tile(4 * i + half);
-      const auto krow_of = [&](int jl) -> const T* { return tile + (jl - half * kTileKeys) * hd; };
+      if (kHalves == 2 || half == 0) tile = next_tile(kParts * i + half);
+      const int32_t first = kHalves == 2 ? half * kTile : 0;  // the tile's first key
+      const auto krow_of = [&](int jl) -> const T* { return tile + (jl - first) * hd; };
       float kreg[1][kLeanPassKeys][kDimLanes];
       lean_load_keys<1, kDimLanes, kHd>(s, count, krow_of, half, kreg);
       lean_score_pass<kDimLanes, kHd, kGroup>(s, sh, count, half, kreg[0]);
@@ -640,22 +710,30 @@ __global__ void __launch_bounds__(kFastThreads, 2)
     __syncthreads();
     chunk_numerators(sh, group, count);
     // Value sums: lean_value_sums' chains over the two value tiles, keys in ascending order.
-    float a[2][2] = {};  // a[head part][dim]
+    float a[2][2] = {};  // a[head part][dim] (kWide: a[head part][0])
     const float* p0 = sh.p[g0 < group ? g0 : 0];
     const float* p1 = sh.p[g1 < group ? g1 : (g0 < group ? g0 : 0)];
 #pragma unroll 1
-    for (int half = 0; half < 2; ++half) {
-      const T* const tile = next_tile(4 * i + 2 + half);  // its barrier also shows the numerators
+    for (int half = 0; half < kHalves; ++half) {
+      const T* const vtile = next_tile(kParts * i + kHalves + half);  // its barrier also shows the numerators
       if (half == 0) store_max_sum(s, b, task, sh);
       // Chunk i + 2's row addresses, by threads the value sums leave idle, into chunk i's
       // rows buffer (its last tile went out at the latest at this tile's barrier).
-      if (half == 1 && i + 2 < mine)
+      if (half == kHalves - 1 && i + 2 < mine)
         stream_rows(pool, b, sh, task.r, task.kvh, hd, chunk_of(i + 2), i & 1, kFastThreads - C);
       if (!sums) continue;
-      const int32_t j0 = half * kTileKeys;
-      value_span(tile, j0, min(count, j0 + kTileKeys), hd, d, p0, p1, two, a);
+      const int32_t j0 = half * kTile;
+      if constexpr (kWide) value_span_dim<kHd>(vtile, j0, min(count, j0 + kTile), d, p0, p1, a[0][0], a[1][0]);
+      else value_span(vtile, j0, min(count, j0 + kTile), hd, d, p0, p1, two, a);
     }
-    if (sums) store_value_sums(s, b, task, g0, g1, two, d, a);
+    if (sums) {
+      if constexpr (kWide) {
+        workspace_at(s, b, task, g0)[2 + d] = a[0][0];
+        workspace_at(s, b, task, g1)[2 + d] = a[1][0];
+      } else {
+        store_value_sums(s, b, task, g0, g1, two, d, a);
+      }
+    }
   }
   copy_async_wait_all();  // the empty groups past the last tile
 }
@@ -695,13 +773,20 @@ cudaError_t launch_stream(const AttentionShape& s, const PagedPool& pool, const 
                           cudaStream_t stream, bool& taken) {
   taken = false;
   auto* kernel = attention_stream_kernel<kDimLanes, T>;
+  size_t ring_bytes = size_t{kRingSlotsOf<T>} * kTileKeys * s.head_dim * sizeof(T);
   // Variant bit 256: the build for the 8B and 4B shapes (head_dim 128, groups of 4), the one
-  // measured; FP32 and BF16 K/V.
+  // measured; FP32 and BF16 K/V. Bit 2048 with it: its wide build (value chains on 8 warps,
+  // BF16 in 128-key tiles).
   if constexpr (kDimLanes == 4) {
-    if ((attention_variant() & kAttentionStreamTight) != 0 && s.head_dim == 128 && s.num_heads == 4 * s.num_kv_heads)
+    const int variant = attention_variant();
+    if ((variant & kAttentionStreamTight) != 0 && s.head_dim == 128 && s.num_heads == 4 * s.num_kv_heads) {
       kernel = attention_stream_kernel<kDimLanes, T, 128, 4>;
+      if ((variant & kAttentionStreamWide) != 0) {
+        kernel = attention_stream_kernel<kDimLanes, T, 128, 4, true>;
+        ring_bytes = size_t{kStreamSlots<T, true>} * kStreamTileKeys<T, true> * s.head_dim * sizeof(T);
+      }
+    }
   }
-  const size_t ring_bytes = size_t{kRingSlotsOf<T>} * kTileKeys * s.head_dim * sizeof(T);
   if (const cudaError_t e = allow_dynamic_shared(kernel, ring_bytes); e != cudaSuccess) return e;
   int64_t slots = 0;
   if (const cudaError_t e = resident_blocks(kernel, ring_bytes, slots); e != cudaSuccess) return e;
