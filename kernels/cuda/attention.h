@@ -115,11 +115,13 @@ cudaError_t attention_bf16(const AttentionShape& shape, const PagedPool& pool, c
 /// load, the queries stored lane-major in the order the lane scores them; a score's
 /// key-count test one comparison; value chains of 4 dims x up to 3 slots a thread; unsigned
 /// indices; the GQA group's multiplier from the host); bit 1024 (with bits 1 and 8, FP32
-/// K/V): kAttentionStreamChunks below; bit 256 (with 1024): kAttentionStreamTight. The
-/// default, kDefaultAttentionVariant (bits 1, 2, 4, 8, 32, 64, 128, 256, 512, 1024), won the
-/// A/Bs of kernels/cuda/README.md ("Eleventh session", "Twelfth session", "Thirteenth session",
+/// K/V): kAttentionStreamChunks below; bit 256 (with 1024): kAttentionStreamTight; bit 512:
+/// kAttentionWindowStepPairs; bit 2048 (with 256 and 1024): kAttentionStreamWide. The default,
+/// kDefaultAttentionVariant (bits 1, 2, 4, 8, 32, 64, 128, 256, 512, 1024, 2048), won the A/Bs
+/// of kernels/cuda/README.md ("Eleventh session", "Twelfth session", "Thirteenth session",
 /// "Fourteenth session, verify windows", "Fifteenth session, window", "Seventeenth session,
-/// chunk", "Eighteenth session, chunk", "Nineteenth session, window"); SPECPIPE_ATTENTION_VARIANT
+/// chunk", "Eighteenth session, chunk", "Nineteenth session, window", "Nineteenth session,
+/// chunk"); SPECPIPE_ATTENTION_VARIANT
 /// (0..4095, read on first use) overrides it.
 constexpr int kAttentionHeadMerge = 1;
 constexpr int kAttentionStageKeys = 2;
@@ -150,7 +152,7 @@ constexpr int kAttentionStreamTight = 256;
 /// thread's slots two at a time, and with FP32 keys the values' copies issued after the first
 /// pass's key loads (the same arithmetic; kernels/cuda/README.md "Nineteenth session, window").
 constexpr int kAttentionWindowStepPairs = 512;
-/// Bit 2048 (with bits 256 and 1024; opt-in): that build's value chains on 8 warps (one dim x
+/// Bit 2048 (with bits 256 and 1024): that build's value chains on 8 warps (one dim x
 /// two heads a thread) instead of 4 (two dims x two heads), and its BF16 K/V in 128-key
 /// tiles (a chunk's keys, then its values, through a two-slot ring of 32 KB tiles: two tile
 /// barriers a chunk instead of four); the same chains in the same order
@@ -160,7 +162,7 @@ constexpr int kAttentionUsedBits =
     255 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks | kAttentionStreamWide;
 constexpr int kAttentionVariants = 4096;
 constexpr int kDefaultAttentionVariant =
-    239 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks;
+    239 | kAttentionStreamTight | kAttentionWindowStepPairs | kAttentionStreamChunks | kAttentionStreamWide;
 int attention_variant();
 /// For checks and A/B timings: the variant every later launch takes.
 void set_attention_variant(int variant);
