@@ -66,6 +66,11 @@ int window_path_mode() {
 /// Blocks of the window grid from which the lean build is the default: two an SM of an
 /// H100 / H200 (132 SMs; a constant, so the launch asks the runtime nothing under capture).
 constexpr int64_t kLeanMinBlocks = 2 * 132;
+/// Blocks of the window grid from which bit 512 issues the FP32 values' copies after the
+/// first keys' loads: four waves of two blocks an SM. With fewer (8B shape: 512 blocks at 8K)
+/// the first wave's copies, issued before the wait for the kernel before, count more: values
+/// first there (eager, the window alone at 8K: 58.0 -> 56.3 us, 1519's order 55.5).
+constexpr int64_t kLateValuesMinBlocks = 4 * kLeanMinBlocks;
 
 /// What one task of the window kernel works on: rows [row0 + first, row0 + rows) of a
 /// group (first: the first row with keys in the chunk), keys [j0, j0 + C) of the chunk.
@@ -293,14 +298,16 @@ constexpr int kQuadSlots = 3;
 /// one (the eighteenth session's profile: the scores 33% of the stall samples, led by the
 /// shuffle chains' short scoreboard); the softmax takes a thread's slots two at a time
 /// (slot_softmax's kAtOnce), for the same reason; with FP32 keys the values' copies are
-/// issued after the first score pass's key loads instead of before the queries. Each dot
+/// issued after the first score pass's key loads instead of before the queries (from
+/// kLateValuesMinBlocks blocks: the launch's late_values). Each dot
 /// and each reduction is the single step's: the same bits.
 template <int kDimLanes, bool kLean, bool kPaired, class T, bool kFast = false, bool kTight = false,
           bool kStepPairs = false>
 __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_kernel(AttentionShape s, PagedPool pool,
                                                                     AttentionBatch b, int32_t rows_per_group,
                                                                     int32_t max_slots, bool stage_keys,
-                                                                    int32_t host_group, uint32_t host_magic) {
+                                                                    int32_t host_group, uint32_t host_magic,
+                                                                    bool late_values) {
   static_assert(kFast || !kTight);
   static_assert(!kStepPairs || (kTight && kLean));
   __shared__ RowGroups g;
@@ -420,10 +427,10 @@ __global__ void __launch_bounds__(kFastThreads, kLean ? 2 : 1) attention_window_
         copy_async16(sk + i * kVec, krow[i / vecs] + (i % vecs) * kVec);
       copy_async_commit();
     };
-    // kStepPairs, FP32 keys (loaded into registers): the values' copies issued after the first
-    // pass's key loads, so those loads do not queue behind 64 KB of copies (the values are
-    // needed only after the softmax).
-    const bool values_after_keys = kStepPairs && !stage_keys;
+    // kStepPairs, FP32 keys (loaded into registers), from kLateValuesMinBlocks blocks
+    // (late_values): the values' copies issued after the first pass's key loads, so those
+    // loads do not queue behind 64 KB of copies (the values are needed only after the softmax).
+    const bool values_after_keys = kStepPairs && !stage_keys && late_values;
     const auto stage_value_rows = [&] {
       for (Index i = tid; i < Index(t.count_max) * vecs; i += kFastThreads)
         copy_async16(sv + i * kVec, vrow[i / vecs] + (i % vecs) * kVec);
@@ -642,7 +649,8 @@ cudaError_t launch_window(const AttentionShape& s, const PagedPool& pool, const 
   if (e != cudaSuccess) return e;
   e = detail::launch_dependent_shared(kernel, dim3(s.num_kv_heads, b.max_chunks), dim3(kFastThreads), bytes, stream,
                                       true, s, pool, b, rows_per_group, max_slots, stage_keys, group,
-                                      SlotOf<true>::magic_of(group));
+                                      SlotOf<true>::magic_of(group),
+                                      int64_t{s.num_kv_heads} * b.max_chunks >= kLateValuesMinBlocks);
   if (e != cudaSuccess) return e;
   // Variant bit 1 (attention.h): a block per (row, query head) merges instead.
   if ((variant & kAttentionHeadMerge) != 0) return launch_head_merge(s, b, outb, stream);
