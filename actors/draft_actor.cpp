@@ -56,6 +56,7 @@ void propose(DraftState& st, RoundBatch& b) {
     it.drafts = std::move(out[i].tokens);
     it.drafted_ahead = out[i].made_ahead;
     it.device_drafts = std::move(out[i].on_device);
+    it.q_device = std::move(out[i].q_on_device);
     it.q_row = out[i].q.empty() ? -1 : static_cast<int32_t>(row);
     for (const auto& q : out[i].q) {
       std::memcpy(b.q.view().as<float>() + row * vocab, q.data(), q.size() * sizeof(float));

@@ -159,6 +159,9 @@ struct RoundItem {
   /// `drafts` in from its results (ARCHITECTURE.md section 4).
   DeviceIds device_drafts;
   int32_t q_row = -1;             ///< draft: first row of its q in RoundBatch::q (-1: none)
+  /// draft: not null (q_row -1) when its q rows stayed on the drafter's device
+  /// (Proposal::q_on_device): the target copies them on the device for its verdict.
+  DeviceRows q_device;
   int32_t accepted = 0;           ///< verifier: k
   int32_t next_token = -1;        ///< verifier: correction or bonus token
   std::string error;              ///< non-empty: the item failed; its KV was left as before

@@ -187,6 +187,13 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
       // The verifier's forward reads the drafts where the draft model leaves them (a
       // host model's in host memory): chain rounds then have no host sync of the drafter's.
       const bool drafts_readable = draft->device() == p.target->device() || draft->device().kind == DeviceKind::cpu;
+      // Sampled chains' q rows stay on the device for the target's verdicts when both
+      // models share it and one round is in flight (the next chain overwrites them).
+      // SPECPIPE_SAMPLED_Q_ON_DEVICE=0 copies them through the host (A/B in one build).
+      const char* q_env = std::getenv("SPECPIPE_SAMPLED_Q_ON_DEVICE");
+      const bool q_on_device = draft->device() == p.target->device() && draft->device().kind != DeviceKind::cpu &&
+                               p.target->computes_sampled_verdicts() && c.scheduler.micro_batches <= 1 &&
+                               !(q_env && std::string_view(q_env) == "0");
       auto drafter = std::make_shared<ModelDrafter>(std::move(draft), draft_blocks, c.kv.block_size,
                                                     c.scheduler.prefill_chunk, draft_ahead);
       // The ids stay valid until the drafter's next chain: with one round in flight that
@@ -194,6 +201,7 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
       // before it, so each round in flight keeps its drafts in its slot's buffer
       // (RoundBatch::slot, ARCHITECTURE.md section 4).
       drafter->keep_drafts_on_device(drafts_readable, c.scheduler.micro_batches);
+      drafter->keep_q_on_device(q_on_device);
       // A request alone gets its draft prefill beside the target's (ModelDrafter::
       // prefill_when_idle), where the drafter drafts ahead on its own stream.
       // SPECPIPE_DRAFT_PREFILL_WHEN_IDLE=0 keeps it lazy (for A/B timings in one build).

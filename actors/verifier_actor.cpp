@@ -297,7 +297,7 @@ void ask_verdict(VerifierState& st, size_t i, RoundItem& it, const TensorView& q
   u.resize(it.drafts.size() + 1);
   for (double& x : u) x = ahead.uniform();
   st.verdicts[i] = {it.layout().verdict_row(), it.drafts,
-                    it.q_row >= 0 ? q.as<float>() + it.q_row * static_cast<int64_t>(vocab) : nullptr, u,
+                    it.q_row >= 0 ? q.as<float>() + it.q_row * static_cast<int64_t>(vocab) : nullptr, it.q_device, u,
                     it.sampling.temperature};
   st.windows.back().verdict = &st.verdicts[i];
 }
@@ -375,7 +375,15 @@ void verify(VerifierState& st, RoundBatch& b) {
         for (size_t k = sampling_uniforms_used(v, it.drafts.size()); k > 0; --k) it.rng.uniform();
       } else {
         st.q_rows.assign(it.drafts.size(), {});
-        if (it.q_row >= 0) {
+        if (it.q_device.data) {
+          // Left on the drafter's device (the target's): read back to judge here.
+          for (size_t d = 0; d < it.drafts.size(); ++d) {
+            st.q_rows[d].resize(static_cast<size_t>(vocab));
+            DeviceRows one = it.q_device;
+            one.data += static_cast<int64_t>(d) * one.stride;
+            st.deps.target->read_device_rows(one, 1, vocab, st.q_rows[d].data());
+          }
+        } else if (it.q_row >= 0) {
           const int64_t q_vocab = q.shape[1];
           for (size_t d = 0; d < it.drafts.size(); ++d) {
             const float* src = q.as<float>() + (it.q_row + static_cast<int64_t>(d)) * q_vocab;

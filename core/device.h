@@ -82,4 +82,14 @@ struct DeviceIds {
   Event ready;
 };
 
+/// Float rows produced on a device, not copied to the host (a sampled draft chain's q
+/// rows): row i starts at data + i * stride, in the memory of `device`, once `ready` is
+/// complete. As DeviceIds, the producer says how long they stay valid.
+struct DeviceRows {
+  const float* data = nullptr;  ///< null: none
+  int64_t stride = 0;           ///< floats from one row to the next
+  Device device;
+  Event ready;
+};
+
 }  // namespace specpipe

@@ -166,6 +166,11 @@ void check_chain_sampling(const ForwardModel::ChainSampling& sampling, size_t wi
       fail(ErrorCode::invalid_argument, "forward: a sampled chain at temperature {}", t);
 }
 
+void ForwardModel::read_device_rows(const DeviceRows& /*rows*/, int32_t /*count*/, int32_t /*cols*/,
+                                    float* /*out*/) const {
+  fail(ErrorCode::internal, "forward: device rows read on a model without a device");
+}
+
 void ForwardModel::forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
                                          const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
                                          std::vector<int32_t>& ids, std::vector<float>& q) {

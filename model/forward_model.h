@@ -76,6 +76,11 @@ struct SampledVerdictRequest {
   /// The draft distributions, drafts.size() rows of the vocabulary (null: point masses on
   /// the drafts, as empty q rows in accept_sampling). Each q(draft) > 0 (the caller checks).
   const float* q = nullptr;
+  /// Or (q null) the same rows where the draft model left them, on this model's device
+  /// (ModelDrafter::keep_q_on_device): a device model copies them on the device after
+  /// waiting for their event. Only for a model that computes_sampled_verdicts(). Not
+  /// checked for q(draft) > 0 (the device draw picks only tokens of positive weight).
+  DeviceRows q_device;
   std::span<const double> u;  ///< drafts.size() + 1 uniforms: the most a verdict draws
   float temperature = 1.0f;   ///< > 0
 };
@@ -307,6 +312,9 @@ class ForwardModel {
   struct ChainSampling {
     std::span<const float> temperature;  ///< [windows]: 0 greedy, else > 0 and finite
     std::span<const double> uniforms;    ///< [steps x windows], step-major (greedy rows' unread)
+    /// The caller can take q on this model's device: a model that keeps it there leaves
+    /// `q` empty and gives the rows with sampled_chain_q() (others fill `q` as without).
+    bool q_on_device = false;
   };
   /// forward_greedy_chain with ChainSampling: `ids` as there (steps x windows), `q` gets
   /// [steps x windows x vocab] floats, window w's distribution of step s at
@@ -318,6 +326,14 @@ class ForwardModel {
   virtual void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
                                      const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
                                      std::vector<int32_t>& ids, std::vector<float>& q);
+  /// After forward_sampled_chain with q_on_device left `q` empty: where its q rows are on
+  /// this model's device, laid out as `q` would be (data: step 0, window 0; stride: one
+  /// vocabulary), valid until this model's next sampled chain. Default: none.
+  virtual DeviceRows sampled_chain_q() const { return {}; }
+  /// Copies `count` rows of `cols` floats from this model's device to `out` (host), after
+  /// waiting for their event: the host's way to judge rows left on the device. Throws
+  /// Error(internal) on a model with no device memory (this default).
+  virtual void read_device_rows(const DeviceRows& rows, int32_t count, int32_t cols, float* out) const;
 
   /// forward_greedy_chain in two halves, so the caller can work (or another model can
   /// run) while the chain runs: launch_greedy_chain takes the same arguments and returns

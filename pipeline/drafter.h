@@ -44,6 +44,10 @@ struct Proposal {
   /// host sync). Valid until the drafter's next propose() or finish(); with more than
   /// one round in flight (Drafter::round_slot), until its next propose() of the same slot.
   DeviceIds on_device;
+  /// Not null: q is empty and the rows are on the drafter's device, row i = tokens[i]'s
+  /// distribution (the model drafter with keep_q_on_device). Valid until the drafter's
+  /// next propose() or finish().
+  DeviceRows q_on_device;
 };
 
 class Drafter {

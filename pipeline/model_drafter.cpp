@@ -235,11 +235,17 @@ void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Seq
       for (size_t w = 0; w < n; ++w)
         if (temperature[w] != 0.0f && items[owner[w]].gamma > step)
           uniforms[static_cast<size_t>(step) * n + w] = items[owner[w]].rng->uniform();
-    model_->forward_sampled_chain(windows, gamma, {temperature, uniforms}, kv_, writer_, chain_ids_, chain_q_);
+    ForwardModel::ChainSampling sampling{temperature, uniforms};
+    sampling.q_on_device = q_on_device_;
+    model_->forward_sampled_chain(windows, gamma, sampling, kv_, writer_, chain_ids_, chain_q_);
   } else {
     model_->forward_greedy_chain(windows, gamma, kv_, writer_, chain_ids_);
   }
   const auto vocab = static_cast<size_t>(model_->config().vocab_size);
+  // The q rows left on the device (keep_q_on_device, when the model kept them there).
+  const DeviceRows q_device = sampled && chain_q_.empty() ? model_->sampled_chain_q() : DeviceRows{};
+  if (sampled && chain_q_.empty() && !q_device.data)
+    fail(ErrorCode::internal, "model drafter: a sampled chain gave no q rows");
   for (size_t w = 0; w < n; ++w) {
     // The K/V of the catch-up and of every draft but the last of the item's own gamma
     // (never fed) are in the pool: commit them, as the step-by-step path does. Rows past
@@ -248,7 +254,10 @@ void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Seq
     std::vector<int32_t>& drafts = out[owner[w]].tokens;
     kv_.commit(windows[w].seq, windows[w].tokens);
     for (int32_t step = 0; step < own; ++step) drafts.push_back(chain_ids_[static_cast<size_t>(step) * n + w]);
-    if (temperature[w] != 0.0f)
+    if (temperature[w] != 0.0f && q_device.data)
+      out[owner[w]].q_on_device = {q_device.data + w * vocab, static_cast<int64_t>(n * vocab), q_device.device,
+                                   q_device.ready};
+    else if (temperature[w] != 0.0f)
       for (int32_t step = 0; step < own; ++step) {
         const auto row = chain_q_.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(step) * n + w) * vocab);
         out[owner[w]].q.emplace_back(row, row + static_cast<std::ptrdiff_t>(vocab));

@@ -69,6 +69,11 @@ class ModelDrafter final : public Drafter {
     drafts_on_device_ = on;
     slots_ = slots;
   }
+  /// Sampled chain rounds leave their q rows on the draft model's device
+  /// (Proposal::q_on_device, where the model keeps them: ForwardModel::sampled_chain_q)
+  /// instead of copying them to the host. Only for a consumer that reads that device's
+  /// memory, with one round in flight (the next sampled chain overwrites them).
+  void keep_q_on_device(bool on) { q_on_device_ = on; }
   void round_slot(int32_t slot) override { slot_ = slot; }
   /// On: a sequence started while no other is running, after a round of at most one
   /// sequence (the server serves one request at a time), has its context prefilled into the
@@ -170,6 +175,7 @@ class ModelDrafter final : public Drafter {
 
   bool draft_ahead_;
   bool drafts_on_device_ = false;
+  bool q_on_device_ = false;  // keep_q_on_device
   bool prefill_when_idle_ = false;  // prefill_when_idle
   size_t last_round_sequences_ = 0;  // sequences of the last propose(): > 1, not idle
   int32_t slots_ = 1;               // rounds in flight (keep_drafts_on_device)

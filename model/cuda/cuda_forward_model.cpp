@@ -196,12 +196,29 @@ void CudaForwardModel::forward_greedy_chain(std::span<const ForwardWindow> windo
 void CudaForwardModel::forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
                                              const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
                                              std::vector<int32_t>& ids, std::vector<float>& q) {
+  chain_q_on_device_ = false;
   if (steps > CudaTransformer::kMaxChainSteps) {
     ForwardModel::forward_sampled_chain(windows, steps, sampling, kv, sink, ids, q);
     return;
   }
   model_->forward_sampled_chain(windows, steps, sampling, kv, ids, q);  // checks the windows and reservations
+  chain_q_on_device_ = sampling.q_on_device;
   report_chain_rows(windows, steps, kv, sink);
+}
+
+DeviceRows CudaForwardModel::sampled_chain_q() const {
+  if (!chain_q_on_device_) return {};
+  // The chain ended with its sync: the rows are complete (an empty event).
+  return {model_->chain_q_device(), model_->config().vocab_size, device_, Event{}};
+}
+
+void CudaForwardModel::read_device_rows(const DeviceRows& rows, int32_t count, int32_t cols, float* out) const {
+  rows.ready.wait_on(stream());
+  cuda_try(cudaMemcpy2DAsync(out, static_cast<size_t>(cols) * sizeof(float), rows.data,
+                             static_cast<size_t>(rows.stride) * sizeof(float), static_cast<size_t>(cols) * sizeof(float),
+                             static_cast<size_t>(count), cudaMemcpyDeviceToHost, model_->stream()),
+           "device rows copy");
+  cuda_try(cudaStreamSynchronize(model_->stream()), "device rows copy");
 }
 
 Event CudaForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps,

@@ -82,6 +82,9 @@ class CudaForwardModel final : public ForwardModel {
   void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps, const ChainSampling& sampling,
                              const KvStore& kv, KvWriteSink& sink, std::vector<int32_t>& ids,
                              std::vector<float>& q) override;
+  /// The device chain's q rows (CudaTransformer::chain_q) when it kept them there.
+  DeviceRows sampled_chain_q() const override;
+  void read_device_rows(const DeviceRows& rows, int32_t count, int32_t cols, float* out) const override;
   /// CudaTransformer::launch_greedy_chain (up to its step limit; longer chains run at
   /// once through the host loop).
   Event launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
@@ -111,6 +114,7 @@ class CudaForwardModel final : public ForwardModel {
   static int32_t current_device();
   std::unique_ptr<CudaTransformer> model_;
   Device device_;
+  bool chain_q_on_device_ = false;  // the last sampled chain left its q rows on the device
   CudaKvPool pool_;
   CudaLogits logits_;
   std::vector<int32_t> rows_;

@@ -431,10 +431,16 @@ void CudaTransformer::forward_sampled_chain(std::span<const ForwardWindow> windo
   check_chain_sampling(sampling, windows.size(), steps);
   run_chain(windows, steps, kv, /*defer=*/false, 0, -1, &sampling);
   ids = chain_ids_;
+  if (sampling.q_on_device) {
+    q.clear();
+    return;
+  }
   // run() copied the q rows to the pinned buffer before its sync.
   const float* rows = impl_->chain_q_host.as<float>();
   q.assign(rows, rows + static_cast<size_t>(steps) * windows.size() * static_cast<size_t>(config_.vocab_size));
 }
+
+const float* CudaTransformer::chain_q_device() const { return impl_->chain_q.as<float>(); }
 
 namespace {
 /// Where the uniforms start in TransformerState::sample_params (after the 1 / temperature
@@ -701,7 +707,7 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
     cuda_try(cudaMemcpyAsync(host_tokens, d.meta.as<unsigned char>() + d.meta_layout.tokens,
                              static_cast<size_t>(plan.total_tokens) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
              "placed input ids copy");
-  const size_t q_floats = sample ? static_cast<size_t>(steps) * static_cast<size_t>(plan.windows()) *
+  const size_t q_floats = sample && !sample->q_on_device ? static_cast<size_t>(steps) * static_cast<size_t>(plan.windows()) *
                                        static_cast<size_t>(c.vocab_size)
                                  : 0;
   if (q_floats > 0)

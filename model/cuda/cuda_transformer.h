@@ -203,6 +203,9 @@ class CudaTransformer {
   void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
                              const ForwardModel::ChainSampling& sampling, const KvStore& kv, std::vector<int32_t>& ids,
                              std::vector<float>& q);
+  /// With sampling.q_on_device the q rows are not copied back (`q` is left empty): they
+  /// stay here, laid out as `q` would be, until the next sampled chain.
+  const float* chain_q_device() const;
   /// forward_greedy_chain without waiting: enqueues the chain and returns; the device
   /// works on it while the caller does other things (the drafter drafting ahead while the
   /// target verifies). collect_greedy_chain() waits for it and gives its ids. Any other

@@ -31,7 +31,7 @@ int32_t CudaTransformer::enqueue_verdicts(std::span<const ForwardWindow> windows
            r->first_row, r->u.size(), plan.window_logit_rows[w]);
     ++n;
     drafts += r->drafts.size();
-    if (r->q) q_rows += r->drafts.size();
+    if (r->q || r->q_device.data) q_rows += r->drafts.size();
   }
   if (n == 0) return 0;
   // The fused step writes the logits rows only when they are copied back.
@@ -55,22 +55,42 @@ int32_t CudaTransformer::enqueue_verdicts(std::span<const ForwardWindow> windows
   auto* q = reinterpret_cast<float*>(host + q_at);
   std::vector<float> temperature;
   int32_t draft_at = 0, u_off = 0, q_row = 0;
+  bool host_q = false;  // some q rows come from the host: the upload takes the q region too
   for (size_t w = 0; w < windows.size(); ++w) {
     const SampledVerdictRequest* r = windows[w].verdict;
     if (!r) continue;
     const auto k = static_cast<int32_t>(r->drafts.size());
-    *desc++ = {static_cast<int32_t>(plan.first_logit_row[w]) + r->first_row, r->q ? q_row : -1, k, draft_at, u_off};
+    const bool has_q = r->q || r->q_device.data;
+    *desc++ = {static_cast<int32_t>(plan.first_logit_row[w]) + r->first_row, has_q ? q_row : -1, k, draft_at, u_off};
     std::copy(r->drafts.begin(), r->drafts.end(), ids + draft_at);
     std::copy(r->u.begin(), r->u.end(), u + u_off);
     if (r->q) {
       std::copy(r->q, r->q + static_cast<size_t>(k) * V, q + static_cast<size_t>(q_row) * V);
-      q_row += k;
+      host_q = true;
     }
+    if (has_q) q_row += k;
     draft_at += k;
     u_off += k + 1;
     temperature.push_back(r->temperature);
   }
-  cuda::cuda_try(cudaMemcpyAsync(dev, host, out_at, cudaMemcpyHostToDevice, stream_), "verdict inputs upload");
+  cuda::cuda_try(cudaMemcpyAsync(dev, host, host_q ? out_at : q_at, cudaMemcpyHostToDevice, stream_),
+                 "verdict inputs upload");
+  // q rows the draft model left on this device (ModelDrafter::keep_q_on_device): copied
+  // into their slots here, behind their event, never through the host.
+  q_row = 0;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    const SampledVerdictRequest* r = windows[w].verdict;
+    if (!r || !(r->q || r->q_device.data)) continue;
+    const size_t k = r->drafts.size();
+    if (!r->q && k > 0) {
+      r->q_device.ready.wait_on(Stream{r->q_device.device, stream_});
+      cuda::cuda_try(cudaMemcpy2DAsync(dev + q_at + static_cast<size_t>(q_row) * V * sizeof(float), V * sizeof(float),
+                                       r->q_device.data, static_cast<size_t>(r->q_device.stride) * sizeof(float),
+                                       V * sizeof(float), k, cudaMemcpyDeviceToDevice, stream_),
+                     "verdict q rows copy");
+    }
+    q_row += static_cast<int32_t>(k);
+  }
   auto* acc = reinterpret_cast<int32_t*>(dev + out_at);
   const auto count = static_cast<int32_t>(n);
   for (int32_t a = 0; a < count;) {  // a launch per run of one temperature

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "actors/pipeline_builder.h"
@@ -22,12 +24,20 @@ namespace specpipe {
 namespace {
 
 /// The host's verdict (accept_sampling_from) on the target's rows from the uniforms the
-/// verifier sent, as a device model answers it.
-SampledVerdict judge(const SampledVerdictRequest& r, const Logits& out, size_t w) {
+/// verifier sent, as a device model answers it. q rows the draft model left on the
+/// device (SampledVerdictRequest::q_device) are read back from there.
+SampledVerdict judge(const SampledVerdictRequest& r, const Logits& out, size_t w, const ForwardModel& model) {
   const auto V = static_cast<size_t>(out.vocab());
   std::vector<std::vector<float>> q(r.drafts.size());  // empty rows: point masses
   if (r.q)
     for (size_t i = 0; i < q.size(); ++i) q[i].assign(r.q + i * V, r.q + (i + 1) * V);
+  if (r.q_device.data)
+    for (size_t i = 0; i < q.size(); ++i) {
+      DeviceRows row = r.q_device;
+      row.data += static_cast<int64_t>(i) * row.stride;
+      q[i].resize(V);
+      model.read_device_rows(row, 1, static_cast<int32_t>(V), q[i].data());
+    }
   size_t next = 0;
   const Verdict v = accept_sampling_from(
       r.drafts, [&](int32_t i) { return out.row(w, r.first_row + i); }, q, cpu::SamplingParams{r.temperature, 0, 1.0f},
@@ -48,11 +58,13 @@ class JudgingTarget final : public test::ForwardingModel {
     inner_->forward(plain, kv, sink, out);
     for (size_t w = 0; w < windows.size(); ++w)
       if (const SampledVerdictRequest* r = windows[w].verdict) {
-        out.set_verdict(w, judge(*r, out, w));
+        out.set_verdict(w, judge(*r, out, w, *inner_));
         ++verdicts;
+        if (r->q_device.data) ++device_q;
       }
   }
   std::atomic<int> verdicts{0};
+  std::atomic<int> device_q{0};  ///< verdicts whose q rows came on the device
 };
 
 TEST(SampledVerdicts, TheTargetsVerdictsGiveTheTokensOfTheHostsAcceptance) {
@@ -70,14 +82,30 @@ TEST(SampledVerdicts, TheTargetsVerdictsGiveTheTokensOfTheHostsAcceptance) {
   auto target = std::make_shared<JudgingTarget>(parts.target);
   parts.target = target;
   actors::Engine judged(std::move(parts), 1);
+  // The draft q rows through the host (as on a CPU, or with the models on two devices):
+  // on a device the verdicts then read the same floats from the host's copy, so the same
+  // tokens say the rows left on the device are the drafts' own, row for row.
+  ::setenv("SPECPIPE_SAMPLED_Q_ON_DEVICE", "0", 1);
+  actors::Engine host_q(config);
+  ::unsetenv("SPECPIPE_SAMPLED_Q_ON_DEVICE");
   for (uint64_t seed = 1; seed <= 3; ++seed) {
     const actors::Completion want = host.generate(request(seed, 0));
     const actors::Completion got = judged.generate(request(seed, 0));
     ASSERT_EQ(want.tokens.size(), 24u) << want.error;
     EXPECT_EQ(got.tokens, want.tokens) << "seed " << seed << " " << got.error;
+    EXPECT_EQ(host_q.generate(request(seed, 0)).tokens, want.tokens) << "seed " << seed << ", q through the host";
   }
   const int asked = target->verdicts.load();
   EXPECT_GT(asked, 0) << "no verdict was asked of the target";
+  // Both models on one device: the draft chain's q rows stay there for the verdict
+  // (ModelDrafter::keep_q_on_device); on the CPU they travel through the host as before.
+  // The same tokens as `host` (whose device verdicts read them there too) above.
+  const char* device = std::getenv("SPECPIPE_TEST_DEVICE");
+  const bool on_device = device && *device && std::string_view(device) != "cpu";
+  if (on_device)
+    EXPECT_GT(target->device_q.load(), 0) << "the q rows went through the host";
+  else
+    EXPECT_EQ(target->device_q.load(), 0);
   // top-k needs the host's sort: judged there, the target is not asked.
   const actors::Completion want = host.generate(request(9, 8));
   const actors::Completion got = judged.generate(request(9, 8));

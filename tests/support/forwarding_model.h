@@ -30,6 +30,10 @@ class ForwardingModel : public ForwardModel {
     inner_->place_next_tokens(placed, ready);
   }
   std::span<const int32_t> placed_tokens() const override { return inner_->placed_tokens(); }
+  // Sampled drafts' q rows left on a shared device reach the verdict as device rows.
+  void read_device_rows(const DeviceRows& rows, int32_t count, int32_t cols, float* out) const override {
+    inner_->read_device_rows(rows, count, cols, out);
+  }
   void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink, Logits& out) override {
     inner_->forward(windows, kv, sink, out);
   }
