@@ -16,6 +16,7 @@
 #include "core/timer.h"
 #include "pipeline/acceptance.h"
 #include "kvstore/partial_view.h"
+#include "model/device_rows_to_host.h"
 #include "pipeline/prefill.h"
 
 namespace specpipe::actors {
@@ -377,12 +378,7 @@ void verify(VerifierState& st, RoundBatch& b) {
         st.q_rows.assign(it.drafts.size(), {});
         if (it.q_device.data) {
           // Left on the drafter's device (the target's): read back to judge here.
-          for (size_t d = 0; d < it.drafts.size(); ++d) {
-            st.q_rows[d].resize(static_cast<size_t>(vocab));
-            DeviceRows one = it.q_device;
-            one.data += static_cast<int64_t>(d) * one.stride;
-            st.deps.target->read_device_rows(one, 1, vocab, st.q_rows[d].data());
-          }
+          device_rows_to_host(*st.deps.target, it.q_device, it.drafts.size(), vocab, st.q_rows);
         } else if (it.q_row >= 0) {
           const int64_t q_vocab = q.shape[1];
           for (size_t d = 0; d < it.drafts.size(); ++d) {

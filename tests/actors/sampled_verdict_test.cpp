@@ -15,6 +15,7 @@
 
 #include "actors/pipeline_builder.h"
 #include "kernels/cpu/sampling.h"
+#include "model/device_rows_to_host.h"
 #include "pipeline/acceptance.h"
 #include "tests/support/engine.h"
 #include "tests/support/forwarding_model.h"
@@ -31,13 +32,7 @@ SampledVerdict judge(const SampledVerdictRequest& r, const Logits& out, size_t w
   std::vector<std::vector<float>> q(r.drafts.size());  // empty rows: point masses
   if (r.q)
     for (size_t i = 0; i < q.size(); ++i) q[i].assign(r.q + i * V, r.q + (i + 1) * V);
-  if (r.q_device.data)
-    for (size_t i = 0; i < q.size(); ++i) {
-      DeviceRows row = r.q_device;
-      row.data += static_cast<int64_t>(i) * row.stride;
-      q[i].resize(V);
-      model.read_device_rows(row, 1, static_cast<int32_t>(V), q[i].data());
-    }
+  if (r.q_device.data) device_rows_to_host(model, r.q_device, q.size(), static_cast<int32_t>(V), q);
   size_t next = 0;
   const Verdict v = accept_sampling_from(
       r.drafts, [&](int32_t i) { return out.row(w, r.first_row + i); }, q, cpu::SamplingParams{r.temperature, 0, 1.0f},
