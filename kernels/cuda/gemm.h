@@ -144,12 +144,16 @@ cudaError_t gemm_mma_rope_kv_bf16(const uint16_t* x, int64_t ldx, const uint16_t
 /// weight buffer never waits for its x (the 8B shape's o_proj and down_proj; the 0.6B
 /// shape's GEMMs keep variant 11's kernels, its down_proj lost 1-2% of the step with it). Bits 16 and 32 (the next kernel launched one or
 /// two iterations before a deep-buffer grid's end) were measured slower and are unused.
-/// 0: one block per tile, 4-step buffers (the first kernel). The default, 75 (3 won the
+/// Bit 128 (up to 16 rows, any kernel of bits 1-64): the weight loads ask L2 to fetch the
+/// whole aligned 256 bytes of a miss (`ld.global.nc.L2::256B`), the four warps' 64-byte
+/// pieces of a feature row at one step in one DRAM request; the same values are loaded.
+/// 0: one block per tile, 4-step buffers (the first kernel). The default, 203 (3 won the
 /// A/B of kernels/cuda/README.md's "Tenth session", 8 its "Thirteenth session", 64 its
-/// "Seventeenth session, decode"); SPECPIPE_GEMM_MMA_VARIANT (0..127, read on first use)
-/// overrides it (11: the default before bit 64).
-constexpr int kDefaultMmaVariant = 75;
-constexpr int kMmaVariantMask = 127;
+/// "Seventeenth session, decode", 128 its "Twentieth session, gemm");
+/// SPECPIPE_GEMM_MMA_VARIANT (0..255, read on first use) overrides it (75: the default
+/// before bit 128, 11 before bit 64).
+constexpr int kDefaultMmaVariant = 203;
+constexpr int kMmaVariantMask = 255;
 constexpr int64_t kEarlyLaunchMaxWeightBytes = int64_t{16} << 20;
 int gemm_mma_variant();
 /// For checks and A/B timings: the variant every later launch takes.

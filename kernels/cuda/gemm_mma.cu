@@ -69,12 +69,22 @@ constexpr int kPlainEpi = 0;  // y = the sums
 constexpr int kSiluEpi = 1;   // yb = bf16(silu(gate) * up) (gemm_mma_silu_bf16)
 constexpr int kRopeEpi = 2;   // q, k rotated, k and v to their slots (gemm_mma_rope_kv_bf16)
 
-/// Weights are read once per forward: stream them past L1.
+/// Weights are read once per forward: stream them past L1. kWideFetch (variant bit 128):
+/// a miss asks L2 to fetch the whole aligned 256 bytes around it from DRAM
+/// (`.L2::256B`), the four warps' pieces of one feature row at one unroll step (a warp
+/// loads 64 bytes of each of 8 rows, warps w .. w + 3 the next 64s), so DRAM sees one
+/// 256-byte request per row and step where it saw four of 64 bytes. Same values loaded.
+template <bool kWideFetch>
 __device__ inline uint4 load_stream(const uint16_t* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  if constexpr (kWideFetch)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
   return v;
 }
 
@@ -184,7 +194,7 @@ __device__ inline void rope_epilogue(const QkvRope& r, const RopeRows& rr, int64
 /// else no bound.
 constexpr int min_blocks(int tiles, bool persistent) { return persistent && tiles == 1 ? 4 : 1; }
 
-template <int kTiles, int kEpi, int kDepth, bool kPersistent, bool kPipeX = false>
+template <int kTiles, int kEpi, int kDepth, bool kPersistent, bool kPipeX = false, bool kWideFetch = false>
 __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
     gemm_mma_kernel(const uint16_t* __restrict__ x, int64_t ldx, const uint16_t* __restrict__ w, int64_t n, int64_t k,
                     float* __restrict__ y, uint16_t* __restrict__ yb, int64_t ldy, int32_t m, bool early_launch,
@@ -229,8 +239,8 @@ __global__ void __launch_bounds__(kWarps * 32, min_blocks(kTiles, kPersistent))
     for (int u = 0; u < kDepth; ++u) {
       const int64_t s = it * per_iter + u * kWarps + warp;
       if (s < steps) {
-        buf_lo[b][u] = load_stream(w_lo + s * kStep);
-        buf_hi[b][u] = load_stream(w_hi + s * kStep);
+        buf_lo[b][u] = load_stream<kWideFetch>(w_lo + s * kStep);
+        buf_hi[b][u] = load_stream<kWideFetch>(w_hi + s * kStep);
       }
     }
   };
@@ -389,6 +399,14 @@ cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const
   const bool one_row = (variant & 8) && small_weights && m == 1 && one_row_early_launch();
   const bool early_launch = ((variant & 4) || one_row) && overlap_previous &&
                             blocks <= resident_blocks<kTiles, kEpi, kDepth, kPersistent, kPipeX>();
+  // Bit 128 (decode steps and verify windows, up to 16 rows): the wide L2 fetch, the same
+  // kernel otherwise (its occupancy is the plain build's: the hint costs no register).
+  if constexpr (kTiles <= 2) {
+    if (variant & 128)
+      return detail::launch_dependent(gemm_mma_kernel<kTiles, kEpi, kDepth, kPersistent, kPipeX, true>,
+                                      dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream,
+                                      overlap_previous, x, ldx, w, n, k, y, yb, ldy, m, early_launch, rope);
+  }
   return detail::launch_dependent(gemm_mma_kernel<kTiles, kEpi, kDepth, kPersistent, kPipeX>,
                                   dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream, overlap_previous, x,
                                   ldx, w, n, k, y, yb, ldy, m, early_launch, rope);

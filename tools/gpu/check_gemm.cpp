@@ -222,7 +222,7 @@ void check_rope_epilogue(Report& report, cudaStream_t stream) {
     DeviceBuffer<int64_t> dslots(slots);
     DeviceBuffer<uint16_t> dw(w16), dwi(interleaved), dx16(static_cast<size_t>(M * ldx));
     CUDA_OK(cuda::f32_to_bf16(dx32.get(), M, k, ldx, dx16.get(), ldx, stream));
-    for (int variant : {0, 1, 2, 3, 4, 8, 11, 15, 75, 79}) {
+    for (int variant : {0, 1, 2, 3, 4, 8, 11, 15, 75, 79, 128, 203, 207}) {
       cuda::set_gemm_mma_variant(variant);
       int64_t differ = 0, compared = 0;
       for (int32_t m : {1, 3, 5, 8, 9, 16, 33, 64, 80}) {
@@ -292,10 +292,11 @@ void check_mma_variants(Report& report, cudaStream_t stream) {
     };
     const auto plain = outputs(0);
     // Bits 0-15 in every combination; the pipelined x loads (64) alone, with deep buffers,
-    // and over 11 and 15.
+    // and over 11 and 15; the wide L2 fetch (128) alone and over each of bits 1, 2, 3, 11,
+    // 75 and 79's kernels.
     std::vector<int> variants;
     for (int variant = 1; variant <= 15; ++variant) variants.push_back(variant);
-    for (int variant : {64, 65, 75, 79}) variants.push_back(variant);
+    for (int variant : {64, 65, 75, 79, 128, 129, 130, 131, 139, 203, 207}) variants.push_back(variant);
     for (int variant : variants) {
       const auto got = outputs(variant);
       int64_t differ = 0;
@@ -377,7 +378,7 @@ void time_llama8b(Report& report, cublasLtHandle_t lt, cudaStream_t stream) {
       nlohmann::json variants_us = nlohmann::json::object();
       if (m == 1 || m == 5) {
         const int before = cuda::gemm_mma_variant();
-        for (int variant : {0, 1, 2, 3, 11, 75}) {
+        for (int variant : {0, 1, 2, 3, 11, 75, 203}) {
           cuda::set_gemm_mma_variant(variant);
           const double us = time_us(stream, 3, 20, [&] {
             CUDA_OK(cuda::gemm_mma_bf16(x.get(), k, w.get(), n, k, y.get(), n, m, stream, true));

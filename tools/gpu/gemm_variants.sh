@@ -3,7 +3,7 @@
 # specpipe_cuda_check, specpipe_gpu_generate): the gemm_mma variants (kernels/cuda/gemm.h,
 # SPECPIPE_GEMM_MMA_VARIANT: 1 deep buffers, 2 persistent blocks, 4 early launch of the
 # next kernel, 8 the same for weights of at most 16 MiB only, 64 (with 1) x loaded an
-# iteration ahead, 0 none; "default" in
+# iteration ahead, 128 the weight loads' wide L2 fetch (L2::256B), 0 none; "default" in
 # VARIANTS leaves the variable unset)
 # checked, then the decode step timed in each, alternated within one call.
 #   1. specpipe_cuda_check --groups gemm: every GEMM against the CPU and its batch
