@@ -144,9 +144,12 @@ cudaError_t gemm_mma_rope_kv_bf16(const uint16_t* x, int64_t ldx, const uint16_t
 /// weight buffer never waits for its x (the 8B shape's o_proj and down_proj; the 0.6B
 /// shape's GEMMs keep variant 11's kernels, its down_proj lost 1-2% of the step with it). Bits 16 and 32 (the next kernel launched one or
 /// two iterations before a deep-buffer grid's end) were measured slower and are unused.
-/// Bit 128 (up to 16 rows, any kernel of bits 1-64): the weight loads ask L2 to fetch the
-/// whole aligned 256 bytes of a miss (`ld.global.nc.L2::256B`), the four warps' 64-byte
-/// pieces of a feature row at one step in one DRAM request; the same values are loaded.
+/// Bit 128 (up to 16 rows, W over kEarlyLaunchMaxWeightBytes, any kernel of bits 1-64):
+/// the weight loads ask L2 to fetch the whole aligned 256 bytes of a miss
+/// (`ld.global.nc.L2::256B`), the four warps' 64-byte pieces of a feature row at one step
+/// in one DRAM request; the same values are loaded. The 8B shape's gate_up / down GEMMs
+/// read at 83 / 79% of DRAM's peak instead of 79 / 75% (ncu), its step is 1.5-4.3%
+/// shorter; smaller weights (the demo pair's, the 0.6B shape's layers) keep plain loads.
 /// 0: one block per tile, 4-step buffers (the first kernel). The default, 203 (3 won the
 /// A/B of kernels/cuda/README.md's "Tenth session", 8 its "Thirteenth session", 64 its
 /// "Seventeenth session, decode", 128 its "Twentieth session, gemm");

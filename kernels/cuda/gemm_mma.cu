@@ -399,10 +399,13 @@ cudaError_t launch_variant(int64_t blocks, const uint16_t* x, int64_t ldx, const
   const bool one_row = (variant & 8) && small_weights && m == 1 && one_row_early_launch();
   const bool early_launch = ((variant & 4) || one_row) && overlap_previous &&
                             blocks <= resident_blocks<kTiles, kEpi, kDepth, kPersistent, kPipeX>();
-  // Bit 128 (decode steps and verify windows, up to 16 rows): the wide L2 fetch, the same
-  // kernel otherwise (its occupancy is the plain build's: the hint costs no register).
+  // Bit 128 (decode steps and verify windows, up to 16 rows, W over
+  // kEarlyLaunchMaxWeightBytes): the wide L2 fetch, the same kernel otherwise (its
+  // occupancy is the plain build's: the hint costs no register). Smaller weights keep the
+  // plain loads: with the hint on every GEMM the demo pair (whose weights fit in L2) drafted
+  // and verified at the same kernel times but sped up 1-3% less in two pairs of runs.
   if constexpr (kTiles <= 2) {
-    if (variant & 128)
+    if ((variant & 128) && !small_weights)
       return detail::launch_dependent(gemm_mma_kernel<kTiles, kEpi, kDepth, kPersistent, kPipeX, true>,
                                       dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), stream,
                                       overlap_previous, x, ldx, w, n, k, y, yb, ldy, m, early_launch, rope);
