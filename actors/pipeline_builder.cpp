@@ -202,6 +202,11 @@ PipelineParts load_pipeline(const PipelineConfig& c) {
       // (RoundBatch::slot, ARCHITECTURE.md section 4).
       drafter->keep_drafts_on_device(drafts_readable, c.scheduler.micro_batches);
       drafter->keep_q_on_device(q_on_device);
+      // And with them the sampled drafts' ids (a round's one host sync is then the
+      // verdict's). SPECPIPE_SAMPLED_DRAFTS_ON_DEVICE=0 waits for the chain and sends the
+      // ids up with the window as before (A/B in one build).
+      const char* ids_env = std::getenv("SPECPIPE_SAMPLED_DRAFTS_ON_DEVICE");
+      drafter->keep_sampled_drafts_on_device(q_on_device && !(ids_env && std::string_view(ids_env) == "0"));
       // A request alone gets its draft prefill beside the target's (ModelDrafter::
       // prefill_when_idle), where the drafter drafts ahead on its own stream.
       // SPECPIPE_DRAFT_PREFILL_WHEN_IDLE=0 keeps it lazy (for A/B timings in one build).

@@ -275,12 +275,15 @@ void fill_placed_drafts(VerifierState& st, RoundBatch& b) {
 }
 
 /// Whether item `it`'s verdict can be asked of the target with its logits rows
-/// (SampledVerdictRequest): sampled at a pure temperature, drafts on the host, no
+/// (SampledVerdictRequest): sampled at a pure temperature, drafts on the host or on the
+/// target's device (placed into its window: the target reads them there), no
 /// provisional tokens, each draft with q(d) > 0 (accept_sampling reports the others).
-bool verdict_on_target(const RoundItem& it, const TensorView& q, int32_t vocab) {
+bool verdict_on_target(const RoundItem& it, const TensorView& q, int32_t vocab, Device target) {
   const cpu::SamplingParams& p = it.sampling;
   if (p.temperature == 0.0f || !std::isfinite(p.temperature) || p.top_k != 0 || p.top_p < 1.0f) return false;
-  if (!it.provisional.empty() || it.device_drafts.ids != nullptr) return false;
+  if (!it.provisional.empty()) return false;
+  if (it.device_drafts.ids != nullptr && !(it.device_drafts.device == target && target.kind != DeviceKind::cpu))
+    return false;
   for (const int32_t d : it.drafts)
     if (d < 0 || d >= vocab) return false;
   if (it.q_row < 0) return true;
@@ -297,9 +300,11 @@ void ask_verdict(VerifierState& st, size_t i, RoundItem& it, const TensorView& q
   std::vector<double>& u = st.verdict_u[i];
   u.resize(it.drafts.size() + 1);
   for (double& x : u) x = ahead.uniform();
+  // Drafts left on the target's device (verdict_on_target): it.drafts holds placeholders
+  // until the forward; the target reads the placed ids (place_drafts) for its verdict.
   st.verdicts[i] = {it.layout().verdict_row(), it.drafts,
-                    it.q_row >= 0 ? q.as<float>() + it.q_row * static_cast<int64_t>(vocab) : nullptr, it.q_device, u,
-                    it.sampling.temperature};
+                    it.q_row >= 0 ? q.as<float>() + it.q_row * static_cast<int64_t>(vocab) : nullptr, it.q_device,
+                    it.device_drafts.ids != nullptr, u, it.sampling.temperature};
   st.windows.back().verdict = &st.verdicts[i];
 }
 
@@ -331,7 +336,8 @@ void verify(VerifierState& st, RoundBatch& b) {
       st.window_tokens[i] = it.window();
       // Greedy verdicts need each row's argmax only (a device returns just those).
       st.windows.push_back({it.seq, st.window_tokens[i], LogitsMode::all, -1, it.sampling.temperature == 0.0f});
-      if (target_verdicts && verdict_on_target(it, q_early, vocab)) ask_verdict(st, i, it, q_early, vocab);
+      if (target_verdicts && verdict_on_target(it, q_early, vocab, st.deps.target->device()))
+        ask_verdict(st, i, it, q_early, vocab);
       // Owned before its view is prepared: an error there fails this item too (it once
       // went on without a verdict, its next token -1, into both models' next forwards).
       owner.push_back(i);

@@ -193,6 +193,12 @@ void ForwardModel::forward_sampled_chain(std::span<const ForwardWindow> windows,
       });
 }
 
+Event ForwardModel::launch_sampled_chain(std::span<const ForwardWindow> /*windows*/, int32_t /*steps*/,
+                                         const ChainSampling& /*sampling*/, const KvStore& /*kv*/,
+                                         KvWriteSink& /*sink*/, DeviceIds& /*ids*/) {
+  fail(ErrorCode::invalid_argument, "forward: {} launches no sampled chain on a device", device().to_string());
+}
+
 Event ForwardModel::launch_greedy_chain(std::span<const ForwardWindow> windows, int32_t steps, const KvStore& kv,
                                         KvWriteSink& sink) {
   launched_ = false;

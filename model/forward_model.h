@@ -81,6 +81,11 @@ struct SampledVerdictRequest {
   /// waiting for their event. Only for a model that computes_sampled_verdicts(). Not
   /// checked for q(draft) > 0 (the device draw picks only tokens of positive weight).
   DeviceRows q_device;
+  /// The drafts are the window's last drafts.size() tokens and were placed on the device
+  /// (ForwardModel::place_next_tokens: the model drafter's sampled chain left them there):
+  /// `drafts` holds placeholders and a device model reads the ids from the forward's
+  /// input ids instead. Only for a model that computes_sampled_verdicts().
+  bool drafts_placed = false;
   std::span<const double> u;  ///< drafts.size() + 1 uniforms: the most a verdict draws
   float temperature = 1.0f;   ///< > 0
 };
@@ -330,6 +335,17 @@ class ForwardModel {
   /// this model's device, laid out as `q` would be (data: step 0, window 0; stride: one
   /// vocabulary), valid until this model's next sampled chain. Default: none.
   virtual DeviceRows sampled_chain_q() const { return {}; }
+  /// forward_sampled_chain launched without a host sync (a device model; one round in
+  /// flight): the ids stay where the chain leaves them, as launch_greedy_chain_early's
+  /// with every step early and slot -1 (`ids`: id step * windows + w, valid until this
+  /// model's next forward or chain), and so do the q rows (sampling.q_on_device is
+  /// required: sampled_chain_q gives them, their event the chain's). collect_greedy_chain
+  /// then gives the ids to the host (no sync once the returned event is complete). The
+  /// same tokens and q as forward_sampled_chain. This default (a model that keeps nothing
+  /// on a device) throws Error(invalid_argument): the caller runs forward_sampled_chain.
+  virtual Event launch_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                     const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
+                                     DeviceIds& ids);
   /// Copies `count` rows of `cols` floats from this model's device to `out` (host), after
   /// waiting for their event: the host's way to judge rows left on the device. Throws
   /// Error(internal) on a model with no device memory (this default).

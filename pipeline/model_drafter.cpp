@@ -135,9 +135,11 @@ void ModelDrafter::propose(std::span<const DraftItem> items, std::vector<Proposa
   for (size_t i = 0; i < items.size(); ++i) feeds[i] = items[i].gamma > 0 && !ready[i];
   prefill_long_catch_ups(seqs, feeds, batch_feed);
   if (chain && longest > 0) {
-    // Drafts left on the device and draft-ahead (which runs before the verdict) are
-    // greedy only: a sampled round's q rows come back with its chain.
+    // Draft-ahead (which runs before the verdict) is greedy only: a sampled chain's first
+    // token is the verdict's and its uniforms follow the verdict's. Sampled drafts stay
+    // on the device only with their q rows (launch_sampled_chain).
     if (!sampled && drafts_on_device_ && launch_chain(items, seqs, batch_feed, ready, out)) return;
+    if (sampled && launch_sampled_chain(items, seqs, batch_feed, ready, out)) return;
     propose_chain(items, seqs, batch_feed, ready, longest, out);
     if (draft_ahead_) {
       for (size_t i = 0; i < items.size(); ++i)
@@ -331,6 +333,52 @@ bool ModelDrafter::launch_chain(std::span<const DraftItem> items, std::span<Sequ
     Proposal& p = out[owner[w]];
     p.tokens.assign(static_cast<size_t>(gamma), 0);
     p.on_device = {early.ids + w, n, early.device, early.ready};
+  }
+  return true;
+}
+
+bool ModelDrafter::launch_sampled_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs,
+                                        size_t max_feed, const std::vector<bool>& ready, std::vector<Proposal>& out) {
+  if (!sampled_drafts_on_device_ || !drafts_on_device_ || !q_on_device_) return false;
+  const int32_t gamma = items.front().gamma;
+  // One chain of gamma steps for items all sampled at that gamma, none made ahead (a
+  // greedy item keeps propose_chain's path and its draft-ahead).
+  if (gamma < 1 || gamma > model_->max_chain_steps() ||
+      std::any_of(items.begin(), items.end(),
+                  [&](const DraftItem& it) { return it.gamma != gamma || it.sampling.temperature == 0.0f; }) ||
+      std::any_of(ready.begin(), ready.end(), [](bool r) { return r; }))
+    return false;
+  std::vector<ForwardWindow> windows;
+  std::vector<size_t> owner;
+  chain_windows(items, seqs, max_feed, gamma, ready, windows, owner);
+  const size_t n = windows.size();
+  std::vector<float> temperature(n);
+  for (size_t w = 0; w < n; ++w) temperature[w] = items[owner[w]].sampling.temperature;
+  // The uniforms as propose_chain draws them (step by step, items in order).
+  std::vector<double> uniforms(static_cast<size_t>(gamma) * n, 0.0);
+  for (int32_t step = 0; step < gamma; ++step)
+    for (size_t w = 0; w < n; ++w) uniforms[static_cast<size_t>(step) * n + w] = items[owner[w]].rng->uniform();
+  ForwardModel::ChainSampling sampling{temperature, uniforms};
+  sampling.q_on_device = true;
+  DeviceIds ids;
+  const Event done = model_->launch_sampled_chain(windows, gamma, sampling, kv_, writer_, ids);
+  const DeviceRows q = model_->sampled_chain_q();
+  if (!q.data) fail(ErrorCode::internal, "model drafter: a launched sampled chain gave no q rows");
+  // settle_ahead (the next propose, or finish) collects the ids and commits the drafts'
+  // K/V in the books, as propose_chain does at once; nothing is drafted ahead.
+  launched_.clear();
+  for (size_t i : owner) launched_.add(items[i].request, gamma, 0, 0);
+  launched_.steps = gamma;
+  ahead_running_ = true;
+  launched_done_ = done;
+  ++device_draft_rounds_;
+  const auto vocab = static_cast<int64_t>(model_->config().vocab_size);
+  for (size_t w = 0; w < n; ++w) {
+    kv_.commit(windows[w].seq, windows[w].tokens);  // the catch-up's K/V are the context's
+    Proposal& p = out[owner[w]];
+    p.tokens.assign(static_cast<size_t>(gamma), 0);
+    p.on_device = {ids.ids + w, static_cast<int32_t>(n), ids.device, ids.ready};
+    p.q_on_device = {q.data + static_cast<int64_t>(w) * vocab, static_cast<int64_t>(n) * vocab, q.device, q.ready};
   }
   return true;
 }

@@ -74,6 +74,12 @@ class ModelDrafter final : public Drafter {
   /// instead of copying them to the host. Only for a consumer that reads that device's
   /// memory, with one round in flight (the next sampled chain overwrites them).
   void keep_q_on_device(bool on) { q_on_device_ = on; }
+  /// With keep_drafts_on_device and keep_q_on_device: a round whose drafting items are
+  /// all sampled at a pure temperature and one gamma launches its sampled chain
+  /// (ForwardModel::launch_sampled_chain) instead of waiting for it, and hands out the
+  /// drafts on the device (Proposal::on_device) beside their q rows, so the round's one
+  /// host sync is the verdict's; the next propose() collects the ids (settle_ahead).
+  void keep_sampled_drafts_on_device(bool on) { sampled_drafts_on_device_ = on; }
   void round_slot(int32_t slot) override { slot_ = slot; }
   /// On: a sequence started while no other is running, after a round of at most one
   /// sequence (the server serves one request at a time), has its context prefilled into the
@@ -146,6 +152,12 @@ class ModelDrafter final : public Drafter {
   /// (first_window gives the same ones again).
   bool launch_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
                     const std::vector<bool>& ready, std::vector<Proposal>& out);
+  /// propose_chain's sampled chain without waiting (keep_sampled_drafts_on_device): the
+  /// same uniforms from the same rngs, the same windows; drafts and q rows stay on the
+  /// device. Returns false (nothing done) unless every item drafts, sampled, at one gamma
+  /// within the model's chain and none was made ahead: the caller runs propose_chain.
+  bool launch_sampled_chain(std::span<const DraftItem> items, std::span<Sequence* const> seqs, size_t max_feed,
+                            const std::vector<bool>& ready, std::vector<Proposal>& out);
 
   /// A sequence's part of a finished draft-ahead chain.
   struct Ahead {
@@ -176,6 +188,7 @@ class ModelDrafter final : public Drafter {
   bool draft_ahead_;
   bool drafts_on_device_ = false;
   bool q_on_device_ = false;  // keep_q_on_device
+  bool sampled_drafts_on_device_ = false;  // keep_sampled_drafts_on_device
   bool prefill_when_idle_ = false;  // prefill_when_idle
   size_t last_round_sequences_ = 0;  // sequences of the last propose(): > 1, not idle
   int32_t slots_ = 1;               // rounds in flight (keep_drafts_on_device)

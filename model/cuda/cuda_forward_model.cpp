@@ -197,6 +197,7 @@ void CudaForwardModel::forward_sampled_chain(std::span<const ForwardWindow> wind
                                              const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
                                              std::vector<int32_t>& ids, std::vector<float>& q) {
   chain_q_on_device_ = false;
+  chain_q_ready_ = {};  // the chain ends with its sync: the rows are complete
   if (steps > CudaTransformer::kMaxChainSteps) {
     ForwardModel::forward_sampled_chain(windows, steps, sampling, kv, sink, ids, q);
     return;
@@ -206,10 +207,26 @@ void CudaForwardModel::forward_sampled_chain(std::span<const ForwardWindow> wind
   report_chain_rows(windows, steps, kv, sink);
 }
 
+Event CudaForwardModel::launch_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                             const ChainSampling& sampling, const KvStore& kv, KvWriteSink& sink,
+                                             DeviceIds& ids) {
+  chain_q_on_device_ = false;
+  chain_q_ready_ = {};
+  if (steps > CudaTransformer::kMaxChainSteps)
+    fail(ErrorCode::invalid_argument, "CUDA model: a launched sampled chain of {} steps (at most {})", steps,
+         CudaTransformer::kMaxChainSteps);
+  launched_on_host_ = false;
+  Event done = model_->launch_sampled_chain(windows, steps, sampling, kv);  // checks the windows and reservations
+  report_chain_rows(windows, steps, kv, sink);
+  ids = model_->early_ids();
+  chain_q_on_device_ = true;
+  chain_q_ready_ = done;
+  return done;
+}
+
 DeviceRows CudaForwardModel::sampled_chain_q() const {
   if (!chain_q_on_device_) return {};
-  // The chain ended with its sync: the rows are complete (an empty event).
-  return {model_->chain_q_device(), model_->config().vocab_size, device_, Event{}};
+  return {model_->chain_q_device(), model_->config().vocab_size, device_, chain_q_ready_};
 }
 
 void CudaForwardModel::read_device_rows(const DeviceRows& rows, int32_t count, int32_t cols, float* out) const {

@@ -82,6 +82,9 @@ class CudaForwardModel final : public ForwardModel {
   void forward_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps, const ChainSampling& sampling,
                              const KvStore& kv, KvWriteSink& sink, std::vector<int32_t>& ids,
                              std::vector<float>& q) override;
+  /// CudaTransformer::launch_sampled_chain (up to its step limit: longer chains throw).
+  Event launch_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps, const ChainSampling& sampling,
+                             const KvStore& kv, KvWriteSink& sink, DeviceIds& ids) override;
   /// The device chain's q rows (CudaTransformer::chain_q) when it kept them there.
   DeviceRows sampled_chain_q() const override;
   void read_device_rows(const DeviceRows& rows, int32_t count, int32_t cols, float* out) const override;
@@ -115,6 +118,7 @@ class CudaForwardModel final : public ForwardModel {
   std::unique_ptr<CudaTransformer> model_;
   Device device_;
   bool chain_q_on_device_ = false;  // the last sampled chain left its q rows on the device
+  Event chain_q_ready_;             // after them (a launched chain's event; empty: it synced)
   CudaKvPool pool_;
   CudaLogits logits_;
   std::vector<int32_t> rows_;

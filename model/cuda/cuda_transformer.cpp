@@ -442,6 +442,15 @@ void CudaTransformer::forward_sampled_chain(std::span<const ForwardWindow> windo
 
 const float* CudaTransformer::chain_q_device() const { return impl_->chain_q.as<float>(); }
 
+Event CudaTransformer::launch_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                                            const ForwardModel::ChainSampling& sampling, const KvStore& kv) {
+  check_chain_sampling(sampling, windows.size(), steps);
+  if (!sampling.q_on_device)
+    fail(ErrorCode::invalid_argument, "CUDA forward: a launched sampled chain must keep its q rows on the device");
+  run_chain(windows, steps, kv, /*defer=*/true, 0, -1, &sampling);
+  return launched_done_;
+}
+
 namespace {
 /// Where the uniforms start in TransformerState::sample_params (after the 1 / temperature
 /// of max_tokens windows).
@@ -470,7 +479,8 @@ void CudaTransformer::prepare_chain_sampling(const ForwardModel::ChainSampling& 
     d.chain_q.allocate(bytes, &device_bytes_);
     d.chain_q_host.allocate(bytes);
   }
-  // The pinned buffer is free: the last sampled chain ended with a sync.
+  // The pinned buffer is free: the last sampled chain ended with a sync, or was launched
+  // and run() settled it (complete) before coming here.
   auto* inv_t = d.sample_host.as<float>();
   auto* u = reinterpret_cast<double*>(d.sample_host.as<unsigned char>() + u_at);
   for (int32_t w = 0; w < windows; ++w) {
@@ -557,8 +567,10 @@ void CudaTransformer::run(std::span<const ForwardWindow> windows, int32_t steps,
                           const ForwardModel::ChainSampling* sample) {
   const ModelConfig& c = config_;
   cuda::TransformerState& d = *impl_;
-  if (sample && (!chain || defer))
-    fail(ErrorCode::internal, "CUDA forward: sampling outside a chain, or in a launched one");
+  // A launched sampled chain (launch_sampled_chain) has no sync to copy its q rows back
+  // before: they stay on the device.
+  if (sample && (!chain || (defer && (!sample->q_on_device || early > 0 || slot >= 0))))
+    fail(ErrorCode::internal, "CUDA forward: sampling outside a chain, or in a launched one with its q copied back");
   // A staged round's rows go to the staging buffer: its "slots" are the row indices.
   const bool stage = stage_rows_ && !chain;
   // The host plan (every check; tokens, positions, slots, block tables, attention windows,

@@ -206,6 +206,13 @@ class CudaTransformer {
   /// With sampling.q_on_device the q rows are not copied back (`q` is left empty): they
   /// stay here, laid out as `q` would be, until the next sampled chain.
   const float* chain_q_device() const;
+  /// forward_sampled_chain without waiting, as launch_greedy_chain without `early`
+  /// (ForwardModel::launch_sampled_chain): sampling.q_on_device is required (the q rows
+  /// stay here), early_ids() gives the ids on the device and the event after the chain,
+  /// collect_greedy_chain the ids on the host. The same launches as forward_sampled_chain
+  /// (the same graph), without its sync.
+  Event launch_sampled_chain(std::span<const ForwardWindow> windows, int32_t steps,
+                             const ForwardModel::ChainSampling& sampling, const KvStore& kv);
   /// forward_greedy_chain without waiting: enqueues the chain and returns; the device
   /// works on it while the caller does other things (the drafter drafting ahead while the
   /// target verifies). collect_greedy_chain() waits for it and gives its ids. Any other

@@ -25,7 +25,7 @@ int32_t CudaTransformer::enqueue_verdicts(std::span<const ForwardWindow> windows
     if (!r) continue;
     const auto k = static_cast<int32_t>(r->drafts.size());
     if (r->u.size() != r->drafts.size() + 1 || !(r->temperature > 0.0f) || r->first_row < 0 ||
-        r->first_row + k >= plan.window_logit_rows[w])
+        r->first_row + k >= plan.window_logit_rows[w] || (r->drafts_placed && k > plan.attention.windows[w].n))
       fail(ErrorCode::invalid_argument,
            "CUDA forward: a sampled verdict of {} drafts from row {} with {} uniforms over {} logits rows", k,
            r->first_row, r->u.size(), plan.window_logit_rows[w]);
@@ -75,13 +75,28 @@ int32_t CudaTransformer::enqueue_verdicts(std::span<const ForwardWindow> windows
   }
   cuda::cuda_try(cudaMemcpyAsync(dev, host, host_q ? out_at : q_at, cudaMemcpyHostToDevice, stream_),
                  "verdict inputs upload");
-  // q rows the draft model left on this device (ModelDrafter::keep_q_on_device): copied
-  // into their slots here, behind their event, never through the host.
+  // Drafts placed on the device (SampledVerdictRequest::drafts_placed: the draft model's
+  // sampled chain left them there): the host staged placeholders; their ids are the
+  // window's last tokens, which the forward's input ids hold since resolve_placed_ids
+  // (queued before the forward, on this stream).
+  draft_at = 0;
   q_row = 0;
+  const auto* tokens = reinterpret_cast<const int32_t*>(d.meta.as<unsigned char>() + d.meta_layout.tokens);
   for (size_t w = 0; w < windows.size(); ++w) {
     const SampledVerdictRequest* r = windows[w].verdict;
-    if (!r || !(r->q || r->q_device.data)) continue;
+    if (!r) continue;
     const size_t k = r->drafts.size();
+    if (r->drafts_placed && k > 0) {
+      const cuda::AttentionWindowDesc& a = plan.attention.windows[w];
+      cuda::cuda_try(cudaMemcpyAsync(dev + ids_at + static_cast<size_t>(draft_at) * sizeof(int32_t),
+                                     tokens + a.first_token + a.n - static_cast<int32_t>(k), k * sizeof(int32_t),
+                                     cudaMemcpyDeviceToDevice, stream_),
+                     "verdict draft ids copy");
+    }
+    draft_at += static_cast<int32_t>(k);
+    // q rows the draft model left on this device (ModelDrafter::keep_q_on_device): copied
+    // into their slots here, behind their event, never through the host.
+    if (!(r->q || r->q_device.data)) continue;
     if (!r->q && k > 0) {
       r->q_device.ready.wait_on(Stream{r->q_device.device, stream_});
       cuda::cuda_try(cudaMemcpy2DAsync(dev + q_at + static_cast<size_t>(q_row) * V * sizeof(float), V * sizeof(float),
