@@ -6,10 +6,17 @@
 // judges on the host, bit for bit, request by request. On a device
 // (SPECPIPE_TEST_DEVICE) the engine it is compared with judges with rejection_sample:
 // the same tokens then say the device's verdicts are the host's on these rounds.
+// Drafts left on the target's device (the model drafter's sampled chain where both models
+// share one, keep_sampled_drafts_on_device) are also checked on the CPU, on a pretend
+// device: their verdicts are asked of the target, which must read their ids where the
+// forward placed them (SampledVerdictRequest::drafts_placed; the host holds placeholders).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <deque>
+#include <memory>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -18,6 +25,7 @@
 #include "kernels/cpu/sampling.h"
 #include "model/device_rows_to_host.h"
 #include "pipeline/acceptance.h"
+#include "pipeline/drafter.h"
 #include "tests/support/engine.h"
 #include "tests/support/forwarding_model.h"
 #include "tests/support/golden.h"
@@ -141,6 +149,125 @@ TEST(SampledVerdicts, TheTargetsVerdictsGiveTheTokensOfTheHostsAcceptance) {
   EXPECT_EQ(target->verdicts.load(), asked);
   const SpecStats st = judged.stats();
   EXPECT_LT(st.accepted, st.proposed) << "no rejection: the corrections were never judged";
+}
+
+constexpr Device kPretendDevice{DeviceKind::cuda, 0};
+
+/// The pipeline's drafter with its sampled drafts' ids and q rows moved to a pretend
+/// device (kept here), as the model drafter hands them out where both models share a
+/// device (keep_sampled_drafts_on_device): placeholders in the proposal's tokens.
+class PretendDeviceDrafter final : public Drafter {
+ public:
+  explicit PretendDeviceDrafter(std::shared_ptr<Drafter> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  void start(RequestId request, std::span<const int32_t> context) override { inner_->start(request, context); }
+  void propose(std::span<const DraftItem> items, std::vector<Proposal>& out) override {
+    inner_->propose(items, out);
+    for (Proposal& p : out) {
+      if (p.q.empty()) continue;  // greedy, or no drafts
+      std::vector<int32_t>& ids = ids_.emplace_back(p.tokens);
+      std::vector<float>& q = q_.emplace_back();
+      for (const std::vector<float>& row : p.q) q.insert(q.end(), row.begin(), row.end());
+      p.on_device = {ids.data(), 1, kPretendDevice, Event{}};
+      p.q_on_device = {q.data(), static_cast<int64_t>(p.q.front().size()), kPretendDevice, Event{}};
+      std::fill(p.tokens.begin(), p.tokens.end(), 0);
+      p.q.clear();
+      ++moved;
+    }
+    while (ids_.size() > 8) {  // a few rounds back is enough
+      ids_.pop_front();
+      q_.pop_front();
+    }
+  }
+  void finish(RequestId request) override { inner_->finish(request); }
+  std::optional<KvOccupancy> kv_occupancy() const override { return inner_->kv_occupancy(); }
+  Event after_propose() override { return inner_->after_propose(); }
+  double take_prefill_ms() override { return inner_->take_prefill_ms(); }
+  std::atomic<int> moved{0};
+
+ private:
+  std::shared_ptr<Drafter> inner_;
+  std::deque<std::vector<int32_t>> ids_;
+  std::deque<std::vector<float>> q_;
+};
+
+/// The pipeline's target on the pretend device, judging sampled verdicts as a device
+/// model does: placed drafts read where they are, the verdict's ids from the window's
+/// tokens as the forward read them (SampledVerdictRequest::drafts_placed), q rows from
+/// the pretend device memory.
+class PretendDeviceTarget final : public test::ForwardingModel {
+ public:
+  using ForwardingModel::ForwardingModel;
+  Device device() const override { return kPretendDevice; }
+  bool computes_sampled_verdicts() const override { return true; }
+  void place_next_tokens(std::span<const PlacedToken> placed, std::span<const Event> /*ready*/) override {
+    placed_.assign(placed.begin(), placed.end());
+  }
+  std::span<const int32_t> placed_tokens() const override { return values_; }
+  void read_device_rows(const DeviceRows& rows, int32_t count, int32_t cols, float* out) const override {
+    for (int32_t i = 0; i < count; ++i)
+      std::copy(rows.data + i * rows.stride, rows.data + i * rows.stride + cols, out + int64_t{i} * cols);
+  }
+  void forward(std::span<const ForwardWindow> windows, const KvStore& kv, KvWriteSink& sink, Logits& out) override {
+    std::vector<std::vector<int32_t>> tokens(windows.size());
+    for (size_t w = 0; w < windows.size(); ++w) tokens[w].assign(windows[w].tokens.begin(), windows[w].tokens.end());
+    values_.clear();
+    for (const PlacedToken& p : std::exchange(placed_, {})) {
+      tokens.at(static_cast<size_t>(p.window)).at(static_cast<size_t>(p.offset)) = *p.at;
+      values_.push_back(*p.at);
+    }
+    std::vector<ForwardWindow> own(windows.begin(), windows.end());
+    for (size_t w = 0; w < own.size(); ++w) {
+      own[w].tokens = tokens[w];
+      own[w].verdict = nullptr;
+    }
+    inner_->forward(own, kv, sink, out);
+    for (size_t w = 0; w < windows.size(); ++w)
+      if (const SampledVerdictRequest* r = windows[w].verdict) {
+        std::vector<int32_t> drafts(r->drafts.begin(), r->drafts.end());
+        const auto k = static_cast<std::ptrdiff_t>(drafts.size());
+        if (r->drafts_placed) drafts.assign(tokens[w].end() - k, tokens[w].end());
+        out.set_verdict(w, judge(*r, drafts, out, w, *this));
+        if (r->drafts_placed) ++placed_verdicts;
+      }
+  }
+  std::atomic<int> placed_verdicts{0};
+
+ private:
+  std::vector<PlacedToken> placed_;
+  std::vector<int32_t> values_;
+};
+
+TEST(SampledVerdicts, DraftsLeftOnTheTargetsDeviceAreJudgedThereWithTheirPlacedIds) {
+  // On the CPU, a pretend device: the sampled drafts' ids and q rows reach the verifier
+  // on the target's device (RoundItem::device_drafts, q_device); it asks the target's
+  // verdict with drafts_placed, places the ids into the window, and the verdict must read
+  // them there (the host's copies are placeholders). The same tokens as judging on the
+  // host, request by request. (On a real device the first test covers this path.)
+  const char* real = std::getenv("SPECPIPE_TEST_DEVICE");
+  if (real && *real && std::string_view(real) != "cpu") GTEST_SKIP() << "a pretend device on the CPU only";
+  const auto prompt = test::ids(test::golden_public()["cases"][11]["prompt_ids"]);
+  PipelineConfig config = test::demo_engine_config(4);
+  config.kv.tokens = 2048;
+  actors::Engine host(config);
+  actors::PipelineParts parts = actors::load_pipeline(config);
+  auto drafter = std::make_shared<PretendDeviceDrafter>(parts.drafter);
+  auto target = std::make_shared<PretendDeviceTarget>(parts.target);
+  parts.drafter = drafter;
+  parts.target = target;
+  actors::Engine device(std::move(parts), 1);
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    actors::RequestSpec r = test::greedy_request(prompt, 24, 4);
+    r.params.sampling = {0.8f, 0, 1.0f};
+    r.params.seed = seed;
+    const actors::Completion want = host.generate(r);
+    const actors::Completion got = device.generate(r);
+    ASSERT_EQ(want.tokens.size(), 24u) << want.error;
+    EXPECT_EQ(got.tokens, want.tokens) << "seed " << seed << " " << got.error;
+  }
+  EXPECT_GT(drafter->moved.load(), 0);
+  EXPECT_EQ(target->placed_verdicts.load(), drafter->moved.load())
+      << "a round's device drafts were not judged on the target";
 }
 
 }  // namespace
