@@ -22,6 +22,9 @@
 # rope_parameters {rope_type: SCALING (yarn), factor: FACTOR, original_max_position_embeddings:
 # 8192} and max_position_embeddings 8192 x FACTOR (FACTOR: the smallest power of 2 that
 # covers the context, unless given). The weights are linked, not copied.
+# TARGET_DIR=path: that target instead, as it is (its config.json must cover the context:
+# tools/gpu/longctx_finetune.py's output, trained under YaRN x16), the draft stretched as
+# above.
 # The prompt: PROMPT_FILE (default $bundle/code_prompt.jsonl, made here with
 # `python3 tools/gpu/code_prompt.py gpu-bundle-x/code_prompt.jsonl` and packed with the
 # bundle: concatenated Python standard-library sources), cut to its first CONTEXT tokens
@@ -83,6 +86,11 @@ print(f"{sys.argv[2]}: rope_parameters {c['rope_parameters']}, max_position_embe
 PY
   done
   target="$work/models/demo-target" draft="$work/models/demo-draft"
+fi
+if [[ -n "${TARGET_DIR:-}" ]]; then
+  [[ -f "$TARGET_DIR/config.json" ]] || { echo "specpv_long_e2e: $TARGET_DIR/config.json missing"; exit 2; }
+  target="$(cd "$TARGET_DIR" && pwd)"
+  echo "specpv_long_e2e: target $target (TARGET_DIR, as it is), draft $draft"
 fi
 
 host_bytes=${HOST_BYTES:-$(( (context + TOKENS + 4096) * 8192 ))}  # the demo target: 8 KiB of FP32 K/V a token
