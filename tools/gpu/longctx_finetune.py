@@ -206,7 +206,7 @@ def load_model(args, torch):
 def chunked_loss(model, torch, ids, reduce=True, chunk=16384):
     """Next-token loss of a batch [B, L] with the LM head applied in chunks (the logits of
     128K tokens over 8,192 ids would be 4 GB in FP32)."""
-    hidden = model.model(input_ids=ids).last_hidden_state  # [B, L, H]
+    hidden = model.model(input_ids=ids, use_cache=False).last_hidden_state  # [B, L, H]
     head = model.get_output_embeddings()
     total, losses = 0.0, []
     n = ids.shape[1] - 1
