@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "actors/stage_clock.h"
 #include "core/timer.h"
@@ -18,6 +19,9 @@ struct DraftState {
   std::vector<DraftItem> items;
   std::vector<Proposal> proposals;
   std::map<RequestId, std::string> failed_starts;  ///< start() failed: no drafts for these
+  /// The drafter's prefill at admission (ModelDrafter::prefill_when_idle), outside every
+  /// round: the next round reports it as prefill and takes none of it off its drafting.
+  double start_prefill_ms = 0;
   StageClock stage;
 };
 
@@ -41,8 +45,8 @@ void propose(DraftState& st, RoundBatch& b) {
     out.assign(b.items.size(), Proposal{});
     ++b.times.draft_failures;
   }
-  const double prefill_ms = st.deps.drafter->take_prefill_ms();
-  b.times.draft_prefill_ms += prefill_ms;
+  const double prefill_ms = st.deps.drafter->take_prefill_ms();  // inside this proposal
+  b.times.draft_prefill_ms += prefill_ms + std::exchange(st.start_prefill_ms, 0.0);
   // Sampled drafts carry their distributions: one [rows, vocab] tensor for the batch.
   int64_t rows = 0, vocab = 0;
   for (const Proposal& p : out) {
@@ -84,6 +88,7 @@ draft_actor::behavior_type draft(draft_actor::pointer self, DraftDeps deps) {
             st->failed_starts.emplace(it.request, e.what());
           }
         }
+        st->start_prefill_ms += st->deps.drafter->take_prefill_ms();
         st->stage.busy_until_now();
       },
       [self, st](DraftWork& w) {

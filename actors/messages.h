@@ -180,7 +180,8 @@ struct RoundItem {
 
 struct RoundTimes {
   double draft_ms = 0, reserve_ms = 0, verify_ms = 0, commit_ms = 0;
-  /// The drafter's prefill of new prompts inside its proposals (Drafter::take_prefill_ms):
+  /// The drafter's prefill of new prompts inside its proposals (Drafter::take_prefill_ms),
+  /// and at admission (ModelDrafter::prefill_when_idle; reported by the round after it):
   /// counted as prefill (SpecStats::prefill_ms), not in draft_ms.
   double draft_prefill_ms = 0;
   int32_t draft_failures = 0;  ///< rounds the drafter failed and ran without drafts

@@ -92,6 +92,30 @@ TEST(ConcurrentRequests, DraftAheadKeepsOutputsExactAsTheBatchChanges) {
   EXPECT_EQ(engine.draft_kv_occupancy().sequences, 0u);
 }
 
+// A request alone with draft-ahead gets its draft prefill at admission, beside the
+// target's (ModelDrafter::prefill_when_idle), outside every round: it counts as prefill,
+// and the first round's drafting keeps its own time. It used to be taken off that
+// round's drafting as a catch-up inside the proposal would be, so a long prompt made
+// draft_ms negative (-13.6 s at 130K tokens on an H100) and, where the round did not
+// wait for that prefill, the decode time (the rounds' times) short by it.
+TEST(ConcurrentRequests, DraftPrefillAtAdmissionCountsAsPrefillNotDrafting) {
+  PipelineConfig config = test::demo_engine_config();
+  config.drafter.draft_ahead = DraftAhead::on;
+  actors::Engine engine(config);
+  std::vector<int32_t> prompt;
+  const auto& cases = test::golden_public()["cases"];
+  for (size_t i = 0; prompt.size() < (test::under_sanitizer() ? 600u : 1500u); ++i) {
+    const auto part = test::ids(cases[i % cases.size()]["prompt_ids"]);
+    prompt.insert(prompt.end(), part.begin(), part.end());
+  }
+  const actors::Completion c = engine.generate(test::greedy_request(prompt, 4));
+  ASSERT_EQ(c.reason, FinishReason::length) << c.error;
+  EXPECT_GE(c.stats.draft_ms, 0.0);
+  EXPECT_GE(c.stats.queued_ms, 0.0);
+  EXPECT_GT(c.stats.prefill_ms, 0.0);
+  EXPECT_GE(c.stats.round_ms(), c.stats.verify_ms);
+}
+
 // The prefix cache on whatever device the engine runs (on a GPU the store keeps only the
 // books and the target model holds the blocks): a repeated prompt reuses its cached full
 // blocks and gets the same output as the first time.
