@@ -17,7 +17,7 @@ package names and, inside a package, of the file paths, each file after a "# fil
 line (the evaluation prompt's format), tokenized with the demo tokenizer
 (models/demo-target/tokenizer.json through `tokenizers`). It does NOT include the CPython
 standard library: the evaluation prompt (tools/gpu/code_prompt.py) is CPython
-standard-library sources. Files under the standard library's directory (outside
+standard-library sources (every line of --eval-prompt is kept out; the loss uses the first). Files under the standard library's directory (outside
 site-packages) are never read, and a site-packages file that is mostly a copy of a
 standard-library module (a vendored backport: 20% or more of its lines of 40+ characters
 appear in the standard library's top-level modules, which the prompt is cut from, or in
@@ -96,8 +96,8 @@ def stdlib_lines(eval_prompt):
     standard library may differ from this interpreter's)."""
     stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
     texts = [path.read_text(encoding="utf-8", errors="replace") for path in sorted(stdlib.glob("*.py"))]
-    if eval_prompt:
-        texts.append(json.loads(open(eval_prompt).readline())["prompt"])
+    if eval_prompt:  # every line (tools/gpu/cut_prompts.py writes several; the loss uses the first)
+        texts.extend(json.loads(line)["prompt"] for line in open(eval_prompt) if line.strip())
     hashes = set()
     for text in texts:
         for line in text.splitlines():
