@@ -114,7 +114,7 @@ for p in $PARTS; do
   echo "$p $e $(( $(date +%s) - t0 ))" >>"$work/walls.txt"
 done
 
-python3 tools/gpu/loop_report.py "$work"/json/*.json --json "$work/loops.json" || true
+python3 tools/gpu/loop_report.py "$work"/json/*.json --tokenizer models/demo-target/tokenizer.json --show 120 --json "$work/loops.json" || true
 python3 - "$work" "$out" "$CUTS_FILE" "$TOKENS" "$ROWS" <<'PY' || status=1
 import json, os, pathlib, sys
 work, out, cuts, tokens, rows = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]

@@ -97,7 +97,10 @@ def main() -> int:
                     + ("  LOOP" if r["loop"] else ""))
             print(line)
             if tok is not None:
-                print("    ..." + repr(tok.decode(ids)[-args.show:]))
+                try:
+                    print("    ..." + repr(tok.decode(ids)[-args.show:]))
+                except Exception as e:  # the figures above stand without the text
+                    print(f"    (no text: {e})")
         out[path] = rows
     if args.json:
         with open(args.json, "w") as f:
