@@ -30,6 +30,30 @@ bool chain_samples(const cpu::SamplingParams& p, int32_t vocab) {
   const bool top_k = p.top_k > 0 && p.top_k < vocab;
   return p.temperature > 0.0f && std::isfinite(p.temperature) && !top_k && !(p.top_p < 1.0f);
 }
+
+/// A chain's sampling inputs (ForwardModel::ChainSampling's spans point into them).
+struct ChainDraws {
+  std::vector<float> temperature;  ///< [windows]: 0 greedy
+  std::vector<double> uniforms;    ///< [gamma x windows], step-major
+  bool sampled() const {
+    return std::any_of(temperature.begin(), temperature.end(), [](float t) { return t != 0.0f; });
+  }
+};
+
+/// Window w (item owner[w]) draws in the step-by-step path's order: step by step, windows
+/// in order, one uniform from its item's rng per draft of the item's own gamma (an rng
+/// may be shared, so the order is what makes the draws the same).
+ChainDraws chain_draws(std::span<const DraftItem> items, const std::vector<size_t>& owner, int32_t gamma) {
+  const size_t n = owner.size();
+  ChainDraws d{std::vector<float>(n, 0.0f), std::vector<double>(static_cast<size_t>(gamma) * n, 0.0)};
+  for (size_t w = 0; w < n; ++w) d.temperature[w] = items[owner[w]].sampling.temperature;
+  if (!d.sampled()) return d;
+  for (int32_t step = 0; step < gamma; ++step)
+    for (size_t w = 0; w < n; ++w)
+      if (d.temperature[w] != 0.0f && items[owner[w]].gamma > step)
+        d.uniforms[static_cast<size_t>(step) * n + w] = items[owner[w]].rng->uniform();
+  return d;
+}
 }  // namespace
 
 ModelDrafter::ModelDrafter(std::unique_ptr<ForwardModel> model, int32_t kv_blocks, int32_t block_size,
@@ -226,18 +250,11 @@ void ModelDrafter::propose_chain(std::span<const DraftItem> items, std::span<Seq
   chain_windows(items, seqs, max_feed, gamma, ready, windows, owner);
   if (windows.empty()) return;
   const size_t n = windows.size();
-  std::vector<float> temperature(n, 0.0f);
-  for (size_t w = 0; w < n; ++w) temperature[w] = items[owner[w]].sampling.temperature;
-  const bool sampled = std::any_of(temperature.begin(), temperature.end(), [](float t) { return t != 0.0f; });
+  const ChainDraws draws = chain_draws(items, owner, gamma);
+  const std::vector<float>& temperature = draws.temperature;
+  const bool sampled = draws.sampled();
   if (sampled) {
-    // Each sampled item's uniforms from its rng, in the step-by-step path's order (step by
-    // step, items in order; an item's rng may be shared): one per draft of its own gamma.
-    std::vector<double> uniforms(static_cast<size_t>(gamma) * n, 0.0);
-    for (int32_t step = 0; step < gamma; ++step)
-      for (size_t w = 0; w < n; ++w)
-        if (temperature[w] != 0.0f && items[owner[w]].gamma > step)
-          uniforms[static_cast<size_t>(step) * n + w] = items[owner[w]].rng->uniform();
-    ForwardModel::ChainSampling sampling{temperature, uniforms};
+    ForwardModel::ChainSampling sampling{draws.temperature, draws.uniforms};
     sampling.q_on_device = q_on_device_;
     model_->forward_sampled_chain(windows, gamma, sampling, kv_, writer_, chain_ids_, chain_q_);
   } else {
@@ -352,13 +369,8 @@ bool ModelDrafter::launch_sampled_chain(std::span<const DraftItem> items, std::s
   std::vector<size_t> owner;
   chain_windows(items, seqs, max_feed, gamma, ready, windows, owner);
   const size_t n = windows.size();
-  std::vector<float> temperature(n);
-  for (size_t w = 0; w < n; ++w) temperature[w] = items[owner[w]].sampling.temperature;
-  // The uniforms as propose_chain draws them (step by step, items in order).
-  std::vector<double> uniforms(static_cast<size_t>(gamma) * n, 0.0);
-  for (int32_t step = 0; step < gamma; ++step)
-    for (size_t w = 0; w < n; ++w) uniforms[static_cast<size_t>(step) * n + w] = items[owner[w]].rng->uniform();
-  ForwardModel::ChainSampling sampling{temperature, uniforms};
+  const ChainDraws draws = chain_draws(items, owner, gamma);  // as propose_chain draws them
+  ForwardModel::ChainSampling sampling{draws.temperature, draws.uniforms};
   sampling.q_on_device = true;
   DeviceIds ids;
   const Event done = model_->launch_sampled_chain(windows, gamma, sampling, kv_, writer_, ids);

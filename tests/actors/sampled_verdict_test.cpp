@@ -51,6 +51,14 @@ SampledVerdict judge(const SampledVerdictRequest& r, std::span<const int32_t> dr
   return {v.accepted, v.next_token};
 }
 
+/// The drafts a verdict judges: the request's own, or where they were placed on the
+/// device (drafts_placed: the host holds placeholders) the window's last drafts.size()
+/// tokens as the forward read them.
+std::vector<int32_t> judged_drafts(const SampledVerdictRequest& r, std::span<const int32_t> window_tokens) {
+  if (!r.drafts_placed) return {r.drafts.begin(), r.drafts.end()};
+  return {window_tokens.end() - static_cast<std::ptrdiff_t>(r.drafts.size()), window_tokens.end()};
+}
+
 /// The pipeline's target answering sampled verdicts itself, as a device model does.
 class JudgingTarget final : public test::ForwardingModel {
  public:
@@ -76,9 +84,7 @@ class JudgingTarget final : public test::ForwardingModel {
         std::vector<int32_t> tokens(windows[w].tokens.begin(), windows[w].tokens.end());
         for (size_t k = 0; k < placed.size(); ++k)
           if (static_cast<size_t>(placed[k].window) == w) tokens[static_cast<size_t>(placed[k].offset)] = values[k];
-        std::vector<int32_t> drafts(r->drafts.begin(), r->drafts.end());
-        if (r->drafts_placed) drafts.assign(tokens.end() - static_cast<std::ptrdiff_t>(drafts.size()), tokens.end());
-        out.set_verdict(w, judge(*r, drafts, out, w, *inner_));
+        out.set_verdict(w, judge(*r, judged_drafts(*r, tokens), out, w, *inner_));
         ++verdicts;
         if (r->q_device.data) ++device_q;
         if (r->drafts_placed) ++device_drafts;
@@ -224,10 +230,7 @@ class PretendDeviceTarget final : public test::ForwardingModel {
     inner_->forward(own, kv, sink, out);
     for (size_t w = 0; w < windows.size(); ++w)
       if (const SampledVerdictRequest* r = windows[w].verdict) {
-        std::vector<int32_t> drafts(r->drafts.begin(), r->drafts.end());
-        const auto k = static_cast<std::ptrdiff_t>(drafts.size());
-        if (r->drafts_placed) drafts.assign(tokens[w].end() - k, tokens[w].end());
-        out.set_verdict(w, judge(*r, drafts, out, w, *this));
+        out.set_verdict(w, judge(*r, judged_drafts(*r, tokens[w]), out, w, *this));
         if (r->drafts_placed) ++placed_verdicts;
       }
   }

@@ -21,24 +21,37 @@ import sys
 import sysconfig
 
 
+def stdlib_modules():
+    """(name, source) of this interpreter's standard-library top-level modules, sorted by
+    name: the text every evaluation prompt is cut from (cut_prompts.py) and that the
+    fine-tune keeps out of its training text (longctx_finetune.py)."""
+    stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    return [(path.name, path.read_text(encoding="utf-8", errors="replace"))
+            for path in sorted(stdlib.glob("*.py"), key=lambda p: p.name)]
+
+
+def as_file(name, source):
+    """A module as the prompts hold it: after a "# file: NAME" line."""
+    return f"# file: {name}\n{source}\n"
+
+
 def main() -> int:
     if len(sys.argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
     out = pathlib.Path(sys.argv[1])
     chars = int(sys.argv[2]) if len(sys.argv) == 3 else 640000
-    stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
     parts, total, names = [], 0, []
-    for path in sorted(stdlib.glob("*.py"), key=lambda p: p.name):
-        text = f"# file: {path.name}\n" + path.read_text(encoding="utf-8", errors="replace") + "\n"
+    for name, source in stdlib_modules():
+        text = as_file(name, source)
         parts.append(text)
-        names.append(path.name)
+        names.append(name)
         total += len(text)
         if total >= chars:
             break
     text = "".join(parts)[:chars]
     if len(text) < chars:
-        print(f"code_prompt: the standard library at {stdlib} has only {len(text)} characters", file=sys.stderr)
+        print(f"code_prompt: the standard library at {sysconfig.get_paths()['stdlib']} has only {len(text)} characters", file=sys.stderr)
         return 1
     version = ".".join(map(str, sys.version_info[:3]))
     line = {"prompt": text, "max_tokens": 128,

@@ -20,9 +20,9 @@ the standard library of the device's Python (3.12) and of every line of --eval-p
 import argparse
 import hashlib
 import json
-import pathlib
 import sys
-import sysconfig
+
+from code_prompt import as_file, stdlib_modules
 
 REMOVED_IN_312 = {"asynchat.py", "asyncore.py", "imp.py", "smtpd.py"}
 
@@ -34,9 +34,7 @@ def main() -> int:
     p.add_argument("--auto", type=int, default=4, help="windows in all (line 1 included), evenly spaced")
     p.add_argument("--starts", default="", help="module names the windows after line 1 start at (instead of --auto)")
     args = p.parse_args()
-    stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    files = [(path.name, f"# file: {path.name}\n" + path.read_text(encoding="utf-8", errors="replace") + "\n")
-             for path in sorted(stdlib.glob("*.py"), key=lambda p: p.name)]
+    files = [(name, as_file(name, source)) for name, source in stdlib_modules()]
     names = [n for n, _ in files]
     later = [(n, t) for n, t in files if n not in REMOVED_IN_312]
     # where each module starts in the windows' concatenation, and how much text follows it

@@ -48,6 +48,8 @@ import sys
 import sysconfig
 import time
 
+from code_prompt import stdlib_modules  # beside this script: the prompt's source text
+
 ROPE_YARN_X16 = {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 8192}
 
 
@@ -95,7 +97,7 @@ def stdlib_lines(eval_prompt):
     prompt is cut from) and of the evaluation prompt itself when given (its Python version's
     standard library may differ from this interpreter's)."""
     stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    texts = [path.read_text(encoding="utf-8", errors="replace") for path in sorted(stdlib.glob("*.py"))]
+    texts = [source for _, source in stdlib_modules()]
     if eval_prompt:  # every line (tools/gpu/cut_prompts.py writes several; the loss uses the first)
         texts.extend(json.loads(line)["prompt"] for line in open(eval_prompt) if line.strip())
     hashes = set()
